@@ -1,0 +1,151 @@
+"""Failure taxonomy and the exception tree.
+
+Every failure the farm records carries a :class:`FailureKind`. Kinds are prefixed
+with the stage that raises them, so the DB, the dashboard and the logs speak the
+same words::
+
+    ZooConvertError                 (kind: internal)
+     ├── UsageError                 bad CLI input, never recorded (exit 2)
+     ├── ManifestError              manifest_error        (carries row, column)
+     ├── FetchError                 fetch_error, fetch_not_found, fetch_transient
+     ├── UnsafeCheckpointError      fetch_unsafe          (pickle-only, remote code, bad id)
+     ├── ExportError                export_error, export_unsupported
+     ├── CheckError                 check_error
+     ├── OptimizeError              optimize_error
+     ├── VerifyError                verify_error, verify_numerics
+     ├── BenchmarkError             benchmark_error
+     ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
+     └── PublishError               publish_error
+
+A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
+exception into a recorded result. Anything not in this tree is a bug of ours and
+is recorded as ``internal`` with its traceback.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class FailureKind(str, Enum):
+    """What went wrong, as stored in the DB; the prefix names the stage."""
+
+    MANIFEST_ERROR = "manifest_error"
+    FETCH_ERROR = "fetch_error"
+    FETCH_NOT_FOUND = "fetch_not_found"
+    FETCH_TRANSIENT = "fetch_transient"
+    FETCH_UNSAFE = "fetch_unsafe"
+    EXPORT_UNSUPPORTED = "export_unsupported"
+    EXPORT_ERROR = "export_error"
+    CHECK_ERROR = "check_error"
+    OPTIMIZE_ERROR = "optimize_error"
+    VERIFY_ERROR = "verify_error"
+    VERIFY_NUMERICS = "verify_numerics"
+    BENCHMARK_ERROR = "benchmark_error"
+    PUBLISH_ERROR = "publish_error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    OOM = "oom"
+    WORKER_LOST = "worker_lost"
+    INTERNAL = "internal"
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: the same job may succeed on another attempt."""
+        return self in _TRANSIENT
+
+    @property
+    def stage(self) -> str:
+        return _STAGE_OF.get(self, "job")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TRANSIENT = {FailureKind.FETCH_TRANSIENT, FailureKind.OOM, FailureKind.WORKER_LOST}
+_STAGE_OF = {k: k.value.split("_", 1)[0] for k in FailureKind if "_" in k.value}
+_STAGE_OF[FailureKind.MANIFEST_ERROR] = "manifest"
+_STAGE_OF[FailureKind.WORKER_LOST] = "job"
+_STAGE_OF[FailureKind.INTERNAL] = "job"
+
+
+class ZooConvertError(Exception):
+    """Base of every error zoo_convert raises on purpose."""
+
+    kind: FailureKind = FailureKind.INTERNAL
+
+    def __init__(self, message: str, *, kind: FailureKind | None = None) -> None:
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(ZooConvertError):
+    """Bad command-line input; reported, never recorded."""
+
+
+class ManifestError(ZooConvertError):
+    """A manifest file or row is invalid."""
+
+    kind = FailureKind.MANIFEST_ERROR
+
+    def __init__(self, message: str, *, row: int | None = None, column: str | None = None) -> None:
+        where = f"row {row}: " if row is not None else ""
+        super().__init__(where + message)
+        self.row = row
+        self.column = column
+        self.reason = message
+
+
+class FetchError(ZooConvertError):
+    kind = FailureKind.FETCH_ERROR
+
+
+class UnsafeCheckpointError(FetchError):
+    """The checkpoint needs permission it was not given (pickle weights, remote code)."""
+
+    kind = FailureKind.FETCH_UNSAFE
+
+
+class ExportError(ZooConvertError):
+    kind = FailureKind.EXPORT_ERROR
+
+
+class CheckError(ZooConvertError):
+    kind = FailureKind.CHECK_ERROR
+
+
+class OptimizeError(ZooConvertError):
+    kind = FailureKind.OPTIMIZE_ERROR
+
+
+class VerifyError(ZooConvertError):
+    kind = FailureKind.VERIFY_ERROR
+
+
+class NumericsMismatchError(VerifyError):
+    """ONNX Runtime and PyTorch disagree beyond the variant's tolerance."""
+
+    kind = FailureKind.VERIFY_NUMERICS
+
+    def __init__(self, message: str, *, output: str, max_abs: float, tolerance: float) -> None:
+        super().__init__(message)
+        self.output = output
+        self.max_abs = max_abs
+        self.tolerance = tolerance
+
+
+class BenchmarkError(ZooConvertError):
+    kind = FailureKind.BENCHMARK_ERROR
+
+
+class JobError(ZooConvertError):
+    """The isolated job process hung, crashed, ran out of memory or was lost."""
+
+
+class PublishError(ZooConvertError):
+    kind = FailureKind.PUBLISH_ERROR

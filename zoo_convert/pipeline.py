@@ -1,0 +1,205 @@
+"""The per-model pipeline: one checkpoint in, verified ONNX artifacts and one record out.
+
+``convert_one`` never raises for a model's fault: every exception becomes a
+recorded :class:`ConversionResult` with its stage and failure kind. It knows
+nothing of Ray or DuckDB, so it runs the same in the CLI, a test, or a farm job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import socket
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import FailureKind, ZooConvertError
+from .records import FAILED, PASSED, ConversionResult, ManifestEntry, Settings, StageResult, VariantResult
+from .stages import Artifact, ExportedModel
+from .versions import toolchain_versions
+
+
+def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+    """Fetch, export, check, optimize, verify and benchmark one checkpoint; never raises."""
+    from .stages import check, export, fetch, optimize
+
+    run = _Run(entry)
+    try:
+        with run.stage("fetch"):
+            ckpt = fetch.fetch(entry, settings)
+            run.facts.update(
+                task=ckpt.task,
+                model_type=ckpt.model_type,
+                library=ckpt.library,
+                resolved_revision=ckpt.resolved_revision,
+            )
+        out_dir = artifacts_dir(settings, entry, ckpt.resolved_revision)
+        with run.stage("export") as details:
+            exported = export.export(ckpt, entry, settings, out_dir)
+            details.update(files=exported.files, **exported.details)
+            run.facts.update(
+                opset=exported.opset,
+                ir_version=exported.ir_version,
+                node_count=exported.node_count,
+                op_census=exported.op_census,
+                artifacts_dir=str(out_dir),
+            )
+        with run.stage("check") as details:
+            details.update(check.check(exported))
+        with run.stage("optimize") as details:
+            artifacts = optimize.optimize(exported, entry.variants, settings)
+            details.update({v: a.details for v, a in artifacts.items()})
+        run.variants = [_verify_and_benchmark(run, exported, a, settings) for a in artifacts.values()]
+    except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
+        run.fail(exc)
+    return run.result(settings)
+
+
+def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact, settings: Settings) -> VariantResult:
+    """Verify one variant, then time it; a failure here fails this variant only."""
+    from .stages import benchmark, verify
+
+    base = VariantResult(
+        variant=artifact.variant,
+        status=FAILED,
+        file=str(artifact.files[exported.components[0].name].relative_to(exported.out_dir)),
+        size_bytes=artifact.size_bytes,
+        optimizer=artifact.details,
+    )
+    try:
+        with run.stage("verify", variant=artifact.variant):
+            ver = verify.verify(exported, artifact, settings)
+        worst = _worst(ver.checks)
+        base = replace(base, outputs=ver.checks, **worst)
+        if not ver.passed:
+            return replace(base, failure_kind=FailureKind.VERIFY_NUMERICS.value, message=ver.message)
+        with run.stage("benchmark", variant=artifact.variant):
+            lat = benchmark.benchmark(exported, artifact, settings)
+        return replace(
+            base,
+            status=PASSED,
+            ort_p50_ms=lat.ort_p50_ms,
+            ort_p90_ms=lat.ort_p90_ms,
+            torch_p50_ms=lat.torch_p50_ms,
+            torch_p90_ms=lat.torch_p90_ms,
+            speedup=lat.speedup,
+        )
+    except Exception as exc:  # noqa: BLE001 - a variant's failure is data
+        kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL
+        return replace(base, failure_kind=kind.value, message=_one_line(exc))
+
+
+def _worst(checks: tuple) -> dict:
+    if not checks:
+        return {}
+    return {
+        "max_abs": max(c.max_abs for c in checks),
+        "max_rel": max(c.max_rel for c in checks),
+        "mean_abs": max(c.mean_abs for c in checks),
+        "min_cosine": min(c.cosine for c in checks),
+    }
+
+
+def artifacts_dir(settings: Settings, entry: ManifestEntry, resolved_revision: str) -> Path:
+    """``OUT/<source name>/<exporter>-opset<N>-<revision[:12]>``: one folder per job, never shared."""
+    name = entry.source.rstrip("/").replace("\\", "/")
+    name = "__".join(p for p in name.split("/")[-2:] if p not in ("", ".", ".."))
+    rev = resolved_revision.split(":")[-1][:12]
+    opset = entry.opset if entry.opset is not None else "default"
+    return Path(settings.out_dir) / name / f"{entry.exporter}-opset{opset}-{rev}"
+
+
+class _Run:
+    """Collects stage timings and the first failure of one conversion."""
+
+    def __init__(self, entry: ManifestEntry) -> None:
+        self.entry = entry
+        self.started_at = _now()
+        self.stages: list[StageResult] = []
+        self.variants: list[VariantResult] = []
+        self.facts: dict = {}
+        self.failure: dict = {}
+        self._current = "fetch"
+
+    @contextlib.contextmanager
+    def stage(self, name: str, **labels: str) -> Iterator[dict]:
+        details: dict = dict(labels)
+        self._current = name
+        t0 = time.perf_counter()
+        status = FAILED
+        try:
+            yield details
+            status = PASSED
+        finally:
+            self.stages.append(
+                StageResult(
+                    stage=name,
+                    status=status,
+                    seconds=round(time.perf_counter() - t0, 4),
+                    peak_mem_mb=_peak_rss_mb(),
+                    details=details,
+                )
+            )
+
+    def fail(self, exc: BaseException) -> None:
+        known = isinstance(exc, ZooConvertError)
+        kind = exc.kind if known else FailureKind.INTERNAL
+        self.failure = {
+            "failure_kind": kind.value,
+            "stage": self._current,
+            "message": _one_line(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+
+    def result(self, settings: Settings) -> ConversionResult:
+        entry = self.entry
+        status = FAILED if self.failure else _status(entry, self.variants)
+        failure = dict(self.failure)
+        if not failure and status == FAILED:
+            bad = next(v for v in self.variants if v.status == FAILED)
+            failure = {"failure_kind": bad.failure_kind, "stage": "verify", "message": f"{bad.variant}: {bad.message}"}
+        return ConversionResult(
+            source=entry.source,
+            status=status,
+            task=self.facts.get("task", entry.task),
+            revision=entry.revision,
+            exporter=entry.exporter,
+            opset_requested=entry.opset,
+            stages=tuple(self.stages),
+            variants=tuple(self.variants),
+            versions=toolchain_versions(),
+            started_at=self.started_at,
+            finished_at=_now(),
+            node=socket.gethostname(),
+            row=entry.row,
+            tags=entry.tags,
+            **{k: v for k, v in self.facts.items() if k != "task"},
+            **failure,
+        )
+
+
+def _status(entry: ManifestEntry, variants: list[VariantResult]) -> str:
+    """fp32 decides when it was asked for; otherwise every variant must pass."""
+    by_name = {v.variant: v for v in variants}
+    if "fp32" in by_name:
+        return by_name["fp32"].status
+    return PASSED if variants and all(v.status == PASSED for v in variants) else FAILED
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if not isinstance(exc, ZooConvertError):
+        text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+def _peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

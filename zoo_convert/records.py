@@ -1,0 +1,277 @@
+"""The farm's data: what goes into a conversion and what comes out.
+
+All records are frozen dataclasses that round-trip through JSON
+(:func:`to_json` / :meth:`ConversionResult.from_dict`), because a result crosses
+a process boundary (fork child -> Ray worker -> driver) and lands as
+``result.json`` beside the artifacts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+EXPORTERS = ("optimum", "torch")
+VARIANTS = ("fp32", "fp16", "int8")
+# Filenames transformers.js and optimum's ORTModel look for under onnx/.
+VARIANT_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_quantized.onnx"}
+
+PASSED = "passed"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One conversion job: a checkpoint with the settings it is converted with.
+
+    Attributes:
+        source: hub repo id (``org/name``) or a local folder path.
+        task: optimum task name; None means infer it from ``config.architectures``.
+        revision: hub branch, tag or commit; None means the default branch.
+        opset: ONNX opset to export with; None lets the exporter choose.
+        exporter: ``optimum`` (main_export) or ``torch`` (torch.onnx.export, dynamo).
+        variants: which artifacts to build and verify.
+        timeout_s: hard per-job timeout in the farm; None uses Settings.timeout_s.
+        memory_gb: memory the job may use before it counts as ``oom``.
+        gpu: run on a GPU node with the CUDA execution provider.
+        allow_remote_code: pass ``trust_remote_code=True`` to transformers.
+        allow_pickle: accept ``pytorch_model.bin`` (pickle) weights.
+        priority: higher runs first.
+        tags: free-form labels carried into the DB.
+        row: 1-based manifest row this entry came from (None outside a manifest).
+    """
+
+    source: str
+    task: str | None = None
+    revision: str | None = None
+    opset: int | None = None
+    exporter: str = "optimum"
+    variants: tuple[str, ...] = VARIANTS
+    timeout_s: float | None = None
+    memory_gb: float | None = None
+    gpu: bool = False
+    allow_remote_code: bool = False
+    allow_pickle: bool = False
+    priority: int = 0
+    tags: tuple[str, ...] = ()
+    row: int | None = None
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass criteria for one variant: every output must meet all of them.
+
+    Attributes:
+        max_abs: largest allowed |onnx - torch| over all elements.
+        min_cosine: smallest allowed cosine similarity of the flattened outputs.
+    """
+
+    max_abs: float
+    min_cosine: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Farm-wide conversion settings, passed explicitly to every stage.
+
+    Attributes:
+        out_dir: where per-model artifact folders are written.
+        tolerances: per-variant pass criteria.
+        verify_shapes: (batch, sequence) pairs verification runs at; they differ
+            from the exporter's dummy input so the dynamic axes are exercised.
+        bench_warmup / bench_runs: latency measurement repetitions.
+        providers: ONNX Runtime execution providers, in preference order.
+        threads: intra-op threads for torch and ORT inside one job.
+        timeout_s: default hard timeout per job (farm only).
+        hf_endpoint / hf_cache: Hub location and cache; None uses huggingface_hub's defaults.
+        offline: never touch the network (HF_HUB_OFFLINE semantics).
+        external_data_threshold: models above this many bytes store weights as external data.
+    """
+
+    out_dir: str = "artifacts"
+    tolerances: dict[str, Tolerance] = field(
+        default_factory=lambda: {
+            "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999),
+            "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999),
+            "int8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
+        }
+    )
+    verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
+    bench_warmup: int = 3
+    bench_runs: int = 20
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    threads: int = 1
+    timeout_s: float = 600.0
+    hf_endpoint: str | None = None
+    hf_cache: str | None = None
+    offline: bool = False
+    external_data_threshold: int = 2 * 1024**3
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """How one stage went.
+
+    Attributes:
+        stage: fetch, export, check, optimize, verify, benchmark.
+        status: passed or failed.
+        seconds: wall time of the stage.
+        peak_mem_mb: peak resident memory of the process at the end of the stage.
+        details: stage-specific facts (fusion statistics, files, ...).
+    """
+
+    stage: str
+    status: str
+    seconds: float
+    peak_mem_mb: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """ONNX Runtime vs PyTorch on one output at one input shape.
+
+    Attributes:
+        output: output name.
+        shape: the input shape label, e.g. ``"1x7"``.
+        max_abs / max_rel / mean_abs: error statistics.
+        cosine: cosine similarity of the flattened tensors.
+        nan / inf: count of non-finite values in the ONNX output.
+        passed: whether this output met the variant's tolerance.
+    """
+
+    output: str
+    shape: str
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    cosine: float
+    nan: int = 0
+    inf: int = 0
+    passed: bool = True
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One ONNX artifact (fp32, fp16, int8) and how it verified and ran.
+
+    Attributes:
+        variant: fp32, fp16 or int8.
+        status: passed or failed.
+        file: path relative to the model's artifact folder (``onnx/model.onnx``).
+        size_bytes: the .onnx file plus its external data.
+        failure_kind / message: why it failed (None when it passed).
+        max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
+        ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
+        torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs.
+        speedup: torch_p50_ms / ort_p50_ms.
+        optimizer: fusion statistics and whether any fusion applied.
+        outputs: per-output verification numbers.
+    """
+
+    variant: str
+    status: str
+    file: str | None = None
+    size_bytes: int | None = None
+    failure_kind: str | None = None
+    message: str | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mean_abs: float | None = None
+    min_cosine: float | None = None
+    ort_p50_ms: float | None = None
+    ort_p90_ms: float | None = None
+    torch_p50_ms: float | None = None
+    torch_p90_ms: float | None = None
+    speedup: float | None = None
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[OutputCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    """Everything the farm records about one job.
+
+    Attributes:
+        source / revision / task / exporter / opset_requested: the job as asked.
+        resolved_revision: hub commit sha or ``sha256:`` content hash of a local folder.
+        model_type / library: from the checkpoint's config.
+        status: passed when the fp32 artifact (or, without fp32, every variant) verified.
+        failure_kind / stage / message / traceback: the first failure, if any.
+        opset / ir_version / node_count / op_census: facts of the exported fp32 graph.
+        stages: per-stage timings and details.
+        variants: per-artifact results.
+        artifacts_dir: folder holding ``onnx/`` and the copied config files.
+        versions: toolchain versions the job ran with.
+        started_at / finished_at: ISO-8601 UTC timestamps.
+        attempts: how many times the farm ran this job (1 outside the farm).
+        node: host that ran the job.
+        row: manifest row number, when it came from a manifest.
+        tags: the entry's tags.
+    """
+
+    source: str
+    status: str
+    task: str | None = None
+    revision: str | None = None
+    resolved_revision: str | None = None
+    exporter: str = "optimum"
+    opset_requested: int | None = None
+    model_type: str | None = None
+    library: str | None = None
+    failure_kind: str | None = None
+    stage: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    opset: int | None = None
+    ir_version: int | None = None
+    node_count: int | None = None
+    op_census: dict[str, int] = field(default_factory=dict)
+    stages: tuple[StageResult, ...] = ()
+    variants: tuple[VariantResult, ...] = ()
+    artifacts_dir: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    started_at: str | None = None
+    finished_at: str | None = None
+    attempts: int = 1
+    node: str | None = None
+    row: int | None = None
+    tags: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def variant(self, name: str) -> VariantResult | None:
+        return next((v for v in self.variants if v.variant == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_json_default, allow_nan=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ConversionResult:
+        d = dict(d)
+        d["stages"] = tuple(StageResult(**s) for s in d.get("stages", ()))
+        d["variants"] = tuple(
+            VariantResult(**{**v, "outputs": tuple(OutputCheck(**o) for o in v.get("outputs", ()))})
+            for v in d.get("variants", ())
+        )
+        d["tags"] = tuple(d.get("tags", ()))
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> ConversionResult:
+        return cls.from_dict(json.loads(text))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    return str(o)

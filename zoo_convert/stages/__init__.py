@@ -1,0 +1,139 @@
+"""Pipeline stages, one module each, and the in-memory objects passed between them.
+
+    fetch     ManifestEntry            -> Checkpoint
+    export    Checkpoint               -> ExportedModel      (onnx/model.onnx, ...)
+    check     ExportedModel            -> details            (onnx.checker + shape inference)
+    optimize  ExportedModel            -> {variant: Artifact} (fp32 optimized, fp16, int8)
+    verify    ExportedModel, Artifact  -> Verification       (ORT vs PyTorch at >= 2 shapes)
+    benchmark ExportedModel, Artifact  -> Latency            (ORT and PyTorch eager p50/p90)
+
+These objects live inside one process (they hold torch modules and optimum
+configs); what survives the process is the ``records.ConversionResult``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..records import OutputCheck
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint on local disk, resolved and vetted.
+
+    Attributes:
+        path: folder holding config.json and the weights.
+        resolved_revision: hub commit sha, or ``sha256:<hex>`` of a local folder's contents.
+        model_type: ``config.model_type``.
+        task: the task to export (given or inferred from ``config.architectures``).
+        library: transformers, sentence_transformers, timm, ...
+        config: the parsed config.json.
+        trust_remote_code: whether loading may run code from the checkpoint.
+    """
+
+    path: Path
+    resolved_revision: str
+    model_type: str
+    task: str
+    library: str
+    config: dict[str, Any]
+    trust_remote_code: bool = False
+
+
+@dataclass
+class Component:
+    """One ONNX graph of an export (``model``, ``encoder_model``, ``decoder_model_merged``...).
+
+    Attributes:
+        name: the file stem under onnx/ (``model`` -> onnx/model.onnx).
+        path: the fp32 .onnx file as exported.
+        onnx_config: optimum's OnnxConfig for this component (input/output names,
+            dynamic axes, dummy input generators); None for the torch exporter.
+        torch_module: the PyTorch module (patched as for export) that this graph mirrors.
+    """
+
+    name: str
+    path: Path
+    onnx_config: Any = None
+    torch_module: Any = None
+
+
+@dataclass
+class ExportedModel:
+    """The result of the export stage, with the live objects verify needs.
+
+    Attributes:
+        checkpoint: what was exported.
+        out_dir: the model's artifact folder (holds onnx/ and the copied config files).
+        components: one entry per ONNX graph, in the order they run.
+        opset / ir_version / node_count / op_census: facts read from the fp32 graph(s).
+        files: relative path -> size in bytes of every file written under onnx/.
+        details: exporter specifics worth recording.
+    """
+
+    checkpoint: Checkpoint
+    out_dir: Path
+    components: list[Component]
+    opset: int
+    ir_version: int
+    node_count: int
+    op_census: dict[str, int]
+    files: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Artifact:
+    """One variant's ONNX files, one per component.
+
+    Attributes:
+        variant: fp32, fp16 or int8.
+        files: component name -> path of that component's graph in this variant.
+        details: how it was made (fusion statistics, ``fusion_applied``, quantization mode).
+    """
+
+    variant: str
+    files: dict[str, Path]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size_bytes(self) -> int:
+        total = 0
+        for p in self.files.values():
+            total += p.stat().st_size
+            data = p.with_name(p.name + "_data")
+            if data.exists():
+                total += data.stat().st_size
+        return total
+
+
+@dataclass(frozen=True)
+class Verification:
+    """ORT vs PyTorch for one variant.
+
+    Attributes:
+        passed: every output at every shape met the variant's tolerance.
+        checks: per output and shape numbers.
+        message: why it failed, naming the worst output (None when passed).
+    """
+
+    passed: bool
+    checks: tuple[OutputCheck, ...]
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Median and 90th percentile latencies in milliseconds."""
+
+    ort_p50_ms: float
+    ort_p90_ms: float
+    torch_p50_ms: float
+    torch_p90_ms: float
+
+    @property
+    def speedup(self) -> float:
+        return self.torch_p50_ms / self.ort_p50_ms if self.ort_p50_ms > 0 else float("nan")
