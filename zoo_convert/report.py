@@ -1,0 +1,39 @@
+"""Human-readable summaries of conversion results for the terminal."""
+
+from __future__ import annotations
+
+from .records import ConversionResult
+
+
+def summary(result: ConversionResult) -> str:
+    """A few lines: the verdict, the stages with their times, one line per variant."""
+    head = f"{result.source}  {result.status.upper()}"
+    facts = [
+        f"task={result.task}",
+        f"model_type={result.model_type}",
+        f"exporter={result.exporter}",
+        f"opset={result.opset}",
+    ]
+    lines = [head, "  " + "  ".join(f for f in facts if not f.endswith("=None"))]
+    if result.failure_kind:
+        lines.append(f"  failure: {result.failure_kind} in {result.stage}: {result.message}")
+    stages = "  ".join(
+        f"{s.stage}{'[' + s.details['variant'] + ']' if 'variant' in s.details else ''} {s.seconds:.2f}s"
+        + ("" if s.status == "passed" else " FAILED")
+        for s in result.stages
+    )
+    lines.append(f"  stages: {stages}")
+    for v in result.variants:
+        cells = [f"  {v.variant:<5} {v.status:<6}"]
+        if v.max_abs is not None:
+            cells.append(f"max_abs={v.max_abs:.2e} cos={v.min_cosine:.5f}")
+        if v.ort_p50_ms is not None:
+            cells.append(f"ort p50={v.ort_p50_ms:.2f}ms torch p50={v.torch_p50_ms:.2f}ms speedup={v.speedup:.2f}x")
+        if v.size_bytes is not None:
+            cells.append(f"{v.size_bytes / 1e6:.1f} MB")
+        if v.message:
+            cells.append(f"— {v.failure_kind}: {v.message}")
+        lines.append("  ".join(cells))
+    if result.artifacts_dir:
+        lines.append(f"  artifacts: {result.artifacts_dir}")
+    return "\n".join(lines)

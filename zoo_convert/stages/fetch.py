@@ -1,0 +1,261 @@
+"""Fetch stage: resolve a manifest source to a vetted checkpoint folder on local disk.
+
+A source is either a local folder or a hub repo id (``org/name``), fetched with
+huggingface_hub at the entry's revision (``Settings.hf_endpoint`` / ``hf_cache``;
+the token comes from ``HF_TOKEN`` or the huggingface_hub login, read by the
+client itself). Safetensors are preferred; pickle-only weights and checkpoints
+that need remote code are refused unless the entry allows them.
+
+Only light imports at module level: the farm driver calls :func:`resolve_revision`
+to build cache keys without paying for torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
+from ..records import ManifestEntry, Settings
+from . import Checkpoint
+
+SAFE_WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
+PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+# Everything an export or a published model needs besides the weights.
+SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+
+
+def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
+    """Bring the entry's checkpoint to local disk and vet it."""
+    if is_local(entry.source):
+        path = Path(entry.source).expanduser()
+        if not path.is_dir():
+            raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
+        resolved = folder_hash(path)
+    else:
+        path, resolved = _download(entry, settings)
+    return _vet(path, resolved, entry)
+
+
+def resolve_revision(entry: ManifestEntry, settings: Settings) -> str:
+    """The exact revision a job would convert: hub commit sha or ``sha256:`` of a local folder."""
+    if is_local(entry.source):
+        path = Path(entry.source).expanduser()
+        if not path.is_dir():
+            raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
+        return folder_hash(path)
+    return _hub_call(lambda api: api.model_info(entry.source, revision=entry.revision).sha, entry, settings)
+
+
+def is_local(source: str) -> bool:
+    """A source is a local folder when it exists or is spelled as an absolute path, else a hub id."""
+    return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", "./", "~"))
+
+
+def validate_repo_id(source: str) -> None:
+    """Refuse ids that could escape the cache or smuggle a path: ``..``, absolute paths, odd characters."""
+    if ".." in source or "--" in source or source.endswith(".git") or not _HUB_ID.match(source):
+        raise UnsafeCheckpointError(
+            f"{source!r} is neither an existing folder nor a valid hub repo id ('name' or 'org/name' of "
+            "letters, digits, '-', '_', '.', without '..' or '--')"
+        )
+
+
+def folder_hash(path: Path) -> str:
+    """Content hash of every file under ``path`` (names and bytes), stable across machines."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = f.relative_to(path).as_posix()
+        if rel.startswith(".cache/") or "/." in f"/{rel}":
+            continue
+        h.update(rel.encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def _download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
+    info = _hub_call(lambda api: api.model_info(entry.source, revision=entry.revision), entry, settings)
+    names = [s.rfilename for s in info.siblings or ()]
+    has_safe = any(n.endswith(".safetensors") for n in names)
+    has_pickle = any(n.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")) for n in names)
+    if not has_safe and has_pickle and not entry.allow_pickle:
+        raise UnsafeCheckpointError(
+            f"{entry.source}@{info.sha[:12]} has only pickle weights ({', '.join(n for n in names if n.endswith('.bin'))}); "
+            "loading them can run arbitrary code — set allow_pickle to accept them"
+        )
+    patterns = list(SIDE_FILES) + list(SAFE_WEIGHTS if has_safe else PICKLE_WEIGHTS)
+    from huggingface_hub import snapshot_download
+
+    # Pin the sha we just resolved so the folder and the recorded revision agree.
+    local = _hub_call(
+        lambda api: snapshot_download(
+            entry.source,
+            revision=info.sha,
+            allow_patterns=patterns,
+            cache_dir=settings.hf_cache,
+            endpoint=settings.hf_endpoint,
+            local_files_only=settings.offline,
+        ),
+        entry,
+        settings,
+    )
+    return Path(local), info.sha
+
+
+def _hub_call(fn: Any, entry: ManifestEntry, settings: Settings) -> Any:
+    """Run a huggingface_hub call, mapping its errors onto fetch failure kinds."""
+    import requests
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    validate_repo_id(entry.source)
+    where = f"{entry.source}@{entry.revision or 'main'}"
+    try:
+        return fn(HfApi(endpoint=settings.hf_endpoint))
+    except (RepositoryNotFoundError, RevisionNotFoundError, GatedRepoError) as exc:
+        raise FetchError(f"{where}: {_first_line(exc)}", kind=FailureKind.FETCH_NOT_FOUND) from exc
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
+        raise FetchError(f"{where}: not in the local cache and offline: {_first_line(exc)}") from exc
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        kind = FailureKind.FETCH_TRANSIENT if status in (None, 408, 429) or (status or 0) >= 500 else FailureKind.FETCH_ERROR
+        raise FetchError(f"{where}: HTTP {status}: {_first_line(exc)}", kind=kind) from exc
+    except (requests.ConnectionError, requests.Timeout, OSError) as exc:
+        raise FetchError(f"{where}: network error: {_first_line(exc)}", kind=FailureKind.FETCH_TRANSIENT) from exc
+
+
+def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder")
+    try:
+        config = json.loads(config_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FetchError(f"{entry.source}: config.json is not valid JSON: {exc}") from exc
+    library = _library(path, config)
+    model_type = config.get("model_type") or config.get("architecture") or ""
+    if config.get("auto_map") and not entry.allow_remote_code:
+        raise UnsafeCheckpointError(
+            f"{entry.source}: config.json maps to custom code ({', '.join(config['auto_map'])}); "
+            "set allow_remote_code to run it"
+        )
+    if library == "transformers":
+        _check_model_type(model_type, entry)
+    _check_weights(path, entry)
+    task = entry.task or infer_task(config, model_type, library, entry.source)
+    return Checkpoint(
+        path=path,
+        resolved_revision=resolved,
+        model_type=model_type,
+        task=task,
+        library=library,
+        config=config,
+        trust_remote_code=entry.allow_remote_code,
+    )
+
+
+def _library(path: Path, config: dict[str, Any]) -> str:
+    # sentence-transformers folders are exported as their transformers backbone: optimum
+    # would otherwise misdetect them and export a different graph than we verify.
+    if "pretrained_cfg" in config or ("architecture" in config and "model_type" not in config):
+        return "timm"
+    if (path / "model_index.json").is_file():
+        return "diffusers"
+    return "transformers"
+
+
+def _check_model_type(model_type: str, entry: ManifestEntry) -> None:
+    from transformers import CONFIG_MAPPING
+
+    if not model_type:
+        raise ExportError(f"{entry.source}: config.json has no model_type", kind=FailureKind.EXPORT_UNSUPPORTED)
+    if model_type not in CONFIG_MAPPING and not entry.allow_remote_code:
+        import transformers
+
+        raise ExportError(
+            f"{entry.source}: model_type {model_type!r} is unknown to transformers {transformers.__version__}",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+
+
+def _check_weights(path: Path, entry: ManifestEntry) -> None:
+    safe = sorted(path.glob("*.safetensors"))
+    pickled = [p for pattern in PICKLE_WEIGHTS for p in path.glob(pattern)]
+    if not safe and not pickled:
+        raise FetchError(f"{entry.source}: no weights found in {path} (expected *.safetensors)")
+    if not safe and not entry.allow_pickle:
+        raise UnsafeCheckpointError(
+            f"{entry.source}: only pickle weights ({', '.join(p.name for p in pickled)}); "
+            "loading them can run arbitrary code — set allow_pickle to accept them"
+        )
+    for f in safe:
+        _check_safetensors(f, entry)
+
+
+def _check_safetensors(file: Path, entry: ManifestEntry) -> None:
+    """Catch truncated or corrupt files before torch does, with a message that says which."""
+    size = file.stat().st_size
+    with file.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise FetchError(f"{entry.source}: {file.name} is truncated ({size} bytes, no header)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise FetchError(f"{entry.source}: {file.name} is truncated (header of {n} bytes, file of {size})")
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {exc}") from exc
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end != size:
+        raise FetchError(f"{entry.source}: {file.name} is truncated: tensors need {8 + n + end} bytes, file has {size}")
+
+
+def infer_task(config: dict[str, Any], model_type: str, library: str, source: str) -> str:
+    """The task from ``config.architectures``, upgraded to its ``-with-past`` form where optimum has one."""
+    import optimum.exporters.onnx.model_configs  # noqa: F401 - registers the ONNX configs with TasksManager
+    from optimum.exporters.tasks import TasksManager
+
+    if library == "timm":
+        return "image-classification"
+    architectures = config.get("architectures") or []
+    task = None
+    for arch in architectures:
+        for name, mapping in TasksManager._TRANSFORMERS_TASKS_TO_MODEL_MAPPINGS.items():
+            if arch in mapping.values():
+                task = name
+                break
+        if task:
+            break
+    if task is None:
+        raise ExportError(
+            f"{source}: cannot infer a task from architectures {architectures or '(none)'}; give the task explicitly",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    task = TasksManager.map_from_synonym(task)
+    try:
+        supported = TasksManager.get_supported_tasks_for_model_type(model_type, "onnx", library_name=library)
+    except KeyError:
+        return task
+    return f"{task}-with-past" if f"{task}-with-past" in supported else task
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
