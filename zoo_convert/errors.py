@@ -15,7 +15,8 @@ same words::
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
      ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
-     └── PublishError               publish_error
+     ├── PublishError               publish_error
+     └── StoreError                 the results DB is locked, missing or misused (never recorded)
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
 exception into a recorded result. Anything not in this tree is a bug of ours and
@@ -149,3 +150,7 @@ class JobError(ZooConvertError):
 
 class PublishError(ZooConvertError):
     kind = FailureKind.PUBLISH_ERROR
+
+
+class StoreError(ZooConvertError):
+    """The results database cannot be opened or was asked to do something wrong."""

@@ -1,0 +1,354 @@
+"""``ResultStore``: the one module that writes the compatibility database.
+
+DuckDB lets one process hold a database file open for writing, and while it
+does, no other process may open it at all, not even read-only. So the store
+holds a connection only for the length of one call: the farm driver writes a
+job's rows in one short transaction and lets go, and ``db status`` or the
+dashboard can read between two writes. Opening retries while another process
+holds the lock, up to ``lock_timeout_s``.
+
+Every write is one transaction in DuckDB's write-ahead log, so a driver killed
+mid-run (even SIGKILL) leaves a file that reopens with every committed job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+
+from ..errors import FailureKind, StoreError
+from ..records import FAILED, ConversionResult, VariantResult
+from .schema import LATEST_VERSION, MIGRATIONS, SCHEMA_MIGRATIONS
+
+JOB_STAGES = ("fetch", "export", "check", "optimize")
+VARIANT_STAGES = ("verify", "benchmark")
+
+
+class ResultStore:
+    """The results database: runs, per-variant results, verification numbers, op census."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False, lock_timeout_s: float = 60.0) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self.lock_timeout_s = lock_timeout_s
+        if read_only and not self.path.exists():
+            raise StoreError(f"no results database at {self.path}")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.connect() as con:
+            if read_only:
+                _check_version(con, self.path)
+            else:
+                _migrate(con)
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing stays open between calls; kept so callers can use the store as a context manager."""
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for the length of a ``with`` block (read-only for a read-only store)."""
+        con = _open(self.path, self.read_only, self.lock_timeout_s)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self.read_only:
+            raise StoreError(f"{self.path} was opened read-only")
+        with self.connect() as con:
+            con.begin()
+            try:
+                yield con
+            except BaseException:
+                con.rollback()
+                raise
+            con.commit()
+
+    def start_run(
+        self,
+        run_id: str,
+        *,
+        manifest: str,
+        manifest_hash: str,
+        versions: dict[str, str],
+        resources: dict,
+        settings: dict,
+    ) -> None:
+        """Register a run before its first result; a run id is used once."""
+        with self._transaction() as con:
+            if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+                raise StoreError(f"run {run_id!r} already exists")
+            (seq,) = con.execute("SELECT coalesce(max(run_seq), 0) + 1 FROM runs").fetchone()
+            con.execute(
+                "INSERT INTO runs (run_id, run_seq, manifest, manifest_hash, versions, resources, settings,"
+                " started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+                [run_id, seq, manifest, manifest_hash, _map(versions), _json(resources), _json(settings), _utcnow()],
+            )
+
+    def record(self, run_id: str, job_key: str, result: ConversionResult) -> None:
+        """Write one job's result rows, verification rows and op census in one transaction."""
+        with self._transaction() as con:
+            if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+                raise StoreError(f"unknown run {run_id!r}; call start_run first")
+            if con.execute("SELECT 1 FROM results WHERE run_id = ? AND job_key = ? LIMIT 1", [run_id, job_key]).fetchone():
+                raise StoreError(f"job {job_key!r} is already recorded in run {run_id!r}")
+            (seq,) = con.execute("SELECT coalesce(max(job_seq), 0) + 1 FROM results").fetchone()
+            rows = result_rows(result, run_id=run_id, job_key=job_key, job_seq=seq, recorded_at=_utcnow())
+            _insert(con, "results", rows)
+            _insert(con, "verification", verification_rows(result, run_id=run_id, job_key=job_key))
+            census = [{"run_id": run_id, "job_key": job_key, "op": op, "n": n} for op, n in result.op_census.items()]
+            _insert(con, "op_census", census)
+
+    def finish_run(self, run_id: str, *, status: str = "completed") -> None:
+        """Stamp the run's end time, final status and job counts."""
+        with self._transaction() as con:
+            counts = con.execute(
+                "SELECT count(DISTINCT job_key),"
+                " count(DISTINCT job_key) FILTER (WHERE job_status = 'passed'),"
+                " count(DISTINCT job_key) FILTER (WHERE job_status <> 'passed')"
+                " FROM results WHERE run_id = ?",
+                [run_id],
+            ).fetchone()
+            updated = con.execute(
+                "UPDATE runs SET finished_at = ?, status = ?, n_jobs = ?, n_passed = ?, n_failed = ?"
+                " WHERE run_id = ? RETURNING run_id",
+                [_utcnow(), status, *counts, run_id],
+            ).fetchall()
+            if not updated:
+                raise StoreError(f"unknown run {run_id!r}")
+
+    def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
+        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT job_key FROM results GROUP BY job_key"
+                " HAVING ? OR arg_max(job_status, job_seq) = 'passed'",
+                [include_failed],
+            ).fetchall()
+        return {k for (k,) in rows}
+
+
+def result_rows(
+    result: ConversionResult, *, run_id: str, job_key: str, job_seq: int, recorded_at: datetime
+) -> list[dict[str, Any]]:
+    """The ``results`` rows of one job: one per variant, or one with variant NULL when none exists."""
+    job_seconds = {name: _stage_seconds(result, name) for name in JOB_STAGES}
+    peaks = [s.peak_mem_mb for s in result.stages if s.peak_mem_mb is not None]
+    job = {
+        "run_id": run_id,
+        "job_key": job_key,
+        "job_seq": job_seq,
+        "recorded_at": recorded_at,
+        "source": result.source,
+        "revision": result.revision,
+        "resolved_revision": result.resolved_revision,
+        "task": result.task,
+        "model_type": result.model_type,
+        "library": result.library,
+        "exporter": result.exporter,
+        "opset_requested": result.opset_requested,
+        "opset": result.opset,
+        "ir_version": result.ir_version,
+        "node_count": result.node_count,
+        "job_status": result.status,
+        "traceback": result.traceback,
+        **{f"{name}_s": s for name, s in job_seconds.items()},
+        "peak_mem_mb": max(peaks) if peaks else None,
+        "attempts": result.attempts,
+        "node": result.node,
+        "manifest_row": result.row,
+        "tags": list(result.tags),
+        "versions": _map(result.versions),
+        "artifacts_dir": result.artifacts_dir,
+        "started_at": _timestamp(result.started_at),
+        "finished_at": _timestamp(result.finished_at),
+    }
+    if not result.variants:
+        return [
+            {
+                **job,
+                "variant": None,
+                "status": result.status,
+                "failure_kind": result.failure_kind,
+                "stage": result.stage,
+                "message": result.message,
+            }
+        ]
+    return [{**job, **_variant_columns(result, v)} for v in result.variants]
+
+
+def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) -> list[dict[str, Any]]:
+    """The ``verification`` rows of one job: one per variant, output and input shape."""
+    return [
+        {
+            "run_id": run_id,
+            "job_key": job_key,
+            "variant": v.variant,
+            "output": o.output,
+            "shape": o.shape,
+            "max_abs": o.max_abs,
+            "max_rel": o.max_rel,
+            "mean_abs": o.mean_abs,
+            "cosine": o.cosine,
+            "n_nan": o.nan,
+            "n_inf": o.inf,
+            "passed": o.passed,
+        }
+        for v in result.variants
+        for o in v.outputs
+    ]
+
+
+def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, Any]:
+    status, kind, stage, message = v.status, v.failure_kind, None, v.message
+    if v.status == FAILED:
+        stage = _failed_stage(result, v)
+    elif result.failure_kind and result.stage not in VARIANT_STAGES:
+        # The job itself failed after this variant was made (a timeout, a crash): the cell did not make it.
+        status, kind, stage, message = FAILED, result.failure_kind, result.stage, result.message
+    return {
+        "variant": v.variant,
+        "status": status,
+        "failure_kind": kind,
+        "stage": stage,
+        "message": message,
+        **{f"{name}_s": _stage_seconds(result, name, v.variant) for name in VARIANT_STAGES},
+        "file": v.file,
+        "size_bytes": v.size_bytes,
+        "max_abs": v.max_abs,
+        "max_rel": v.max_rel,
+        "mean_abs": v.mean_abs,
+        "min_cosine": v.min_cosine,
+        "ort_p50_ms": v.ort_p50_ms,
+        "ort_p90_ms": v.ort_p90_ms,
+        "torch_p50_ms": v.torch_p50_ms,
+        "torch_p90_ms": v.torch_p90_ms,
+        "speedup": v.speedup,
+        "optimizer": _json(v.optimizer),
+    }
+
+
+def _failed_stage(result: ConversionResult, v: VariantResult) -> str:
+    """The variant's stage that failed, else the stage its failure kind names."""
+    for s in result.stages:
+        if s.details.get("variant") == v.variant and s.status == FAILED:
+            return s.stage
+    try:
+        return FailureKind(v.failure_kind).stage
+    except ValueError:
+        return "verify"
+
+
+def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = None) -> float | None:
+    times = [s.seconds for s in result.stages if s.stage == stage and s.details.get("variant") == variant]
+    return sum(times) if times else None
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0])
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+    con.executemany(sql, [[row[c] for c in columns] for row in rows])
+
+
+def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
+    """Open the file, waiting while another process holds DuckDB's file lock."""
+    deadline = time.monotonic() + lock_timeout_s
+    delay = 0.02
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise StoreError(f"cannot open {path}: {exc}") from exc
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{path} is held by another process for longer than {lock_timeout_s:.0f} s: {exc}"
+                ) from exc
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def _migrate(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(SCHEMA_MIGRATIONS)
+    applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    for m in MIGRATIONS:
+        if m.version in applied:
+            continue
+        con.begin()
+        try:
+            con.execute(m.sql)
+            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
+        except BaseException:
+            con.rollback()
+            raise
+        con.commit()
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    try:
+        (version,) = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    except duckdb.CatalogException as exc:
+        raise StoreError(f"{path} is not a zoo_convert results database") from exc
+    if version < LATEST_VERSION:
+        raise StoreError(f"{path} has schema version {version} < {LATEST_VERSION}; open it once for writing to migrate")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _timestamp(iso: str | None) -> datetime | None:
+    """ISO-8601 text to a naive UTC timestamp (the DB stores UTC throughout)."""
+    if not iso:
+        return None
+    dt = datetime.fromisoformat(iso)
+    return dt.astimezone(timezone.utc).replace(tzinfo=None) if dt.tzinfo else dt
+
+
+def _map(d: dict[str, str]) -> dict[str, list[str]]:
+    """DuckDB's Python binding reads a {'key': [...], 'value': [...]} dict as a MAP."""
+    return {"key": [str(k) for k in d], "value": [str(v) for v in d.values()]}
+
+
+def _json(obj: Any) -> str:
+    """JSON text DuckDB accepts: non-finite floats (an int8 tolerance is inf) become strings."""
+    return json.dumps(_finite(obj), default=_default, sort_keys=True)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "__dataclass_fields__"):
+        return _finite(obj.__dict__)
+    return obj
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars
+        return _finite(o.item())
+    return str(o)

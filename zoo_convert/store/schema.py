@@ -1,0 +1,229 @@
+"""The compatibility database's schema: tables, views and numbered migrations.
+
+A migration is applied once, in its own transaction, and recorded in
+``schema_migrations``. Never edit a released migration; append a new one.
+
+Tables::
+
+    runs              one row per farm run (manifest, toolchain, resources, counts)
+    results           one terminal row per job and variant; a job that failed before
+                      any artifact existed has one row with variant NULL
+    verification      ORT vs PyTorch per job, variant, output and input shape
+    op_census         ONNX op counts of each job's fp32 graph
+    schema_migrations which migrations this file has
+
+Views (the model identity is source + revision + exporter + requested opset)::
+
+    latest_results    every variant row of the latest recorded job per model
+    result_cells      results with a pre-artifact failure counted failed in every variant
+    compat_matrix     model type x opset x variant -> pass rate, over latest results
+    regressions       a cell that passed and now fails, max error grew tenfold,
+                      or ORT p50 latency 20% slower, vs the same cell's latest earlier result
+    failure_signatures latest failures grouped by normalised message
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..records import VARIANTS
+
+VARIANT_VALUES = ", ".join(f"('{v}')" for v in VARIANTS)
+
+_TABLES = """
+CREATE TABLE runs (
+    run_id        VARCHAR PRIMARY KEY,
+    run_seq       INTEGER NOT NULL UNIQUE,
+    manifest      VARCHAR,
+    manifest_hash VARCHAR,
+    versions      MAP(VARCHAR, VARCHAR),
+    resources     JSON,
+    settings      JSON,
+    started_at    TIMESTAMP NOT NULL,
+    finished_at   TIMESTAMP,
+    status        VARCHAR NOT NULL,
+    n_jobs        INTEGER,
+    n_passed      INTEGER,
+    n_failed      INTEGER
+);
+
+CREATE TABLE results (
+    run_id            VARCHAR NOT NULL,
+    job_key           VARCHAR NOT NULL,
+    job_seq           BIGINT NOT NULL,
+    recorded_at       TIMESTAMP NOT NULL,
+    source            VARCHAR NOT NULL,
+    revision          VARCHAR,
+    resolved_revision VARCHAR,
+    task              VARCHAR,
+    model_type        VARCHAR,
+    library           VARCHAR,
+    exporter          VARCHAR,
+    opset_requested   INTEGER,
+    opset             INTEGER,
+    ir_version        INTEGER,
+    node_count        INTEGER,
+    variant           VARCHAR,
+    status            VARCHAR NOT NULL,
+    job_status        VARCHAR NOT NULL,
+    failure_kind      VARCHAR,
+    stage             VARCHAR,
+    message           VARCHAR,
+    traceback         VARCHAR,
+    fetch_s           DOUBLE,
+    export_s          DOUBLE,
+    check_s           DOUBLE,
+    optimize_s        DOUBLE,
+    verify_s          DOUBLE,
+    benchmark_s       DOUBLE,
+    peak_mem_mb       DOUBLE,
+    file              VARCHAR,
+    size_bytes        BIGINT,
+    max_abs           DOUBLE,
+    max_rel           DOUBLE,
+    mean_abs          DOUBLE,
+    min_cosine        DOUBLE,
+    ort_p50_ms        DOUBLE,
+    ort_p90_ms        DOUBLE,
+    torch_p50_ms      DOUBLE,
+    torch_p90_ms      DOUBLE,
+    speedup           DOUBLE,
+    optimizer         JSON,
+    attempts          INTEGER,
+    node              VARCHAR,
+    manifest_row      INTEGER,
+    tags              VARCHAR[],
+    versions          MAP(VARCHAR, VARCHAR),
+    artifacts_dir     VARCHAR,
+    started_at        TIMESTAMP,
+    finished_at       TIMESTAMP
+);
+
+CREATE TABLE verification (
+    run_id   VARCHAR NOT NULL,
+    job_key  VARCHAR NOT NULL,
+    variant  VARCHAR NOT NULL,
+    output   VARCHAR NOT NULL,
+    shape    VARCHAR NOT NULL,
+    max_abs  DOUBLE,
+    max_rel  DOUBLE,
+    mean_abs DOUBLE,
+    cosine   DOUBLE,
+    n_nan    BIGINT,
+    n_inf    BIGINT,
+    passed   BOOLEAN
+);
+
+CREATE TABLE op_census (
+    run_id  VARCHAR NOT NULL,
+    job_key VARCHAR NOT NULL,
+    op      VARCHAR NOT NULL,
+    n       INTEGER NOT NULL
+);
+"""
+
+# Order matters: quoted names may hold paths, and paths may hold hex ids and numbers.
+_SIGNATURE_MACRO = r"""
+CREATE MACRO failure_signature(msg) AS left(trim(regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    regexp_replace(msg,
+        '''[^'']*''|"[^"]*"|`[^`]*`', '<name>', 'g'),
+        '(?:[A-Za-z]:)?(?:[~.]?[/\\][^\s/\\:,;()\[\]]+)+[/\\]?', '<path>', 'g'),
+        '\b(?:0x[0-9a-fA-F]+|[0-9a-fA-F]{7,})\b', '<hex>', 'g'),
+        '[-+]?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b', '<n>', 'g'),
+        '\s+', ' ', 'g')), 300);
+"""
+
+_VIEWS = f"""
+CREATE VIEW latest_results AS
+SELECT *
+FROM results
+QUALIFY job_seq = max(job_seq) OVER (PARTITION BY source, revision, exporter, opset_requested);
+
+CREATE VIEW result_cells AS
+SELECT r.* EXCLUDE (variant), coalesce(r.variant, v.variant) AS variant
+FROM results r
+LEFT JOIN (VALUES {VARIANT_VALUES}) v(variant) ON r.variant IS NULL
+WHERE r.failure_kind IS DISTINCT FROM 'manifest_error';
+
+CREATE VIEW compat_matrix AS
+SELECT
+    coalesce(c.model_type, 'unknown') AS model_type,
+    coalesce(c.opset, c.opset_requested) AS opset,
+    c.variant,
+    count(*) AS models,
+    count(*) FILTER (WHERE c.status = 'passed') AS passed,
+    count(*) FILTER (WHERE c.status = 'passed') / count(*) AS pass_rate,
+    list_sort(list_distinct(list(c.failure_kind))) AS failure_kinds
+FROM result_cells c
+SEMI JOIN latest_results l ON c.job_seq = l.job_seq
+GROUP BY ALL;
+
+CREATE VIEW regressions AS
+WITH history AS (
+    SELECT c.*, runs.run_seq,
+        lag(c.run_id)     OVER w AS previous_run_id,
+        lag(c.status)     OVER w AS previous_status,
+        lag(c.max_abs)    OVER w AS previous_max_abs,
+        lag(c.ort_p50_ms) OVER w AS previous_ort_p50_ms
+    FROM result_cells c JOIN runs USING (run_id)
+    WINDOW w AS (PARTITION BY c.source, c.revision, c.exporter, c.opset_requested, c.variant ORDER BY c.job_seq)
+),
+found AS (
+    SELECT *, unnest([
+        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
+        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
+        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
+        CASE WHEN status = 'passed' AND previous_status = 'passed'
+             AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
+    ]) AS regression
+    FROM history
+    WHERE previous_run_id IS NOT NULL
+)
+SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
+    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
+    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
+    failure_kind, stage, message, job_key
+FROM found
+WHERE regression IS NOT NULL;
+
+CREATE VIEW failure_signatures AS
+SELECT
+    failure_kind,
+    stage,
+    failure_signature(message) AS signature,
+    count(*) AS n,
+    count(DISTINCT source) AS models,
+    list_sort(list_distinct(list(source)))[1:20] AS sample_models,
+    any_value(message) AS example
+FROM latest_results
+WHERE status = 'failed'
+GROUP BY ALL;
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered, append-only schema change."""
+
+    version: int
+    name: str
+    sql: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "tables", _TABLES),
+    Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
+)
+
+SCHEMA_MIGRATIONS = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       VARCHAR NOT NULL,
+    applied_at TIMESTAMP NOT NULL DEFAULT now()
+);
+"""
+
+LATEST_VERSION = MIGRATIONS[-1].version
