@@ -1,0 +1,436 @@
+"""The optimize stage: fp32 optimized, fp16 and int8 variants of every exported graph.
+
+Per component, in this order (it matters):
+
+1. int8  ``quantize_dynamic`` (per-channel QInt8) on the PLAIN export: it fails on
+         a graph already run through the transformers optimizer.
+2. fp32  the onnxruntime transformers optimizer where the model type maps to one of
+         its fusers; else, or when it fused nothing, broke the graph or changed its
+         outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
+         writes hardware-specific layouts); else the plain export, unchanged.
+3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept.
+4. the optimized fp32 graph replaces ``<component>.onnx``.
+
+Every candidate is written to a scratch folder and checked against the plain export
+in ONNX Runtime on generated inputs before it is moved into ``onnx/``. A variant that
+cannot be made is returned with ``details["error"]`` and no files; only fp32, which
+the others are measured against, raises :class:`OptimizeError`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..errors import FailureKind, OptimizeError
+from ..records import VARIANT_FILES, Settings
+from . import Artifact, Component, ExportedModel
+
+# HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
+# ORTConfigManager, limited to fusers ORT ships; unlisted types get ORT offline optimization.
+FUSION_TYPES = {
+    "albert": "bert",
+    "bart": "bart",
+    "bert": "bert",
+    "camembert": "bert",
+    "clip": "clip",
+    "deberta": "bert",
+    "deberta-v2": "bert",
+    "dinov2": "vit",
+    "distilbert": "bert",
+    "electra": "bert",
+    "gpt2": "gpt2",
+    "gpt_neo": "gpt2",
+    "gpt_neox": "gpt2",
+    "gptj": "gpt2",
+    "marian": "bart",
+    "mbart": "bart",
+    "modernbert": "bert",
+    "mpnet": "bert",
+    "roberta": "bert",
+    "swin": "swin",
+    "t5": "bert",  # the t5 fuser emits RelativePositionBias, which has no CPU kernel
+    "vit": "vit",
+    "whisper": "bart",
+    "xlm-roberta": "bert",
+}
+_SUFFIX = {"fp32": "", "fp16": "_fp16", "int8": "_quantized"}
+# Contrib ops the fusers emit; fusion applied when the optimized graph has more of them.
+_FUSED_OPS = (
+    "Attention",
+    "MultiHeadAttention",
+    "GroupQueryAttention",
+    "EmbedLayerNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "SimplifiedLayerNormalization",
+    "LayerNormalization",
+    "BiasGelu",
+    "FastGelu",
+    "Gelu",
+    "QuickGelu",
+    "GemmFastGelu",
+    "BiasAdd",
+    "BiasSplitGelu",
+    "RotaryEmbedding",
+    "FusedMatMul",
+    "FusedConv",
+    "FusedGemm",
+    "MatMulNBits",
+)
+
+
+def variant_file(component: str, variant: str) -> str:
+    """File name of one component's graph in one variant (``encoder_model_fp16.onnx``)."""
+    if component == "model":
+        return VARIANT_FILES[variant]
+    return f"{component}{_SUFFIX[variant]}.onnx"
+
+
+def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Settings) -> dict[str, Artifact]:
+    """Build the requested variants of every component; fp32 failing raises, others fail as data."""
+    onnx_dir = exported.out_dir / "onnx"
+    artifacts = {v: Artifact(variant=v, files={}, details={"components": {}}) for v in variants}
+    with tempfile.TemporaryDirectory(dir=onnx_dir, prefix=".optimize-") as scratch:
+        for component in exported.components:
+            made = _component(exported, component, variants, settings, Path(scratch))
+            for variant, (path, details) in made.items():
+                art = artifacts[variant]
+                art.details["components"][component.name] = details
+                if path is None:
+                    art.details.setdefault("error", f"{variant} of {component.name}: {details['error']}")
+                else:
+                    art.files[component.name] = path
+    for art in artifacts.values():
+        _summarize(art)
+    return artifacts
+
+
+def _component(
+    exported: ExportedModel, component: Component, variants: tuple[str, ...], settings: Settings, scratch: Path
+) -> dict[str, tuple[Path | None, dict[str, Any]]]:
+    """All variants of one graph; the plain export is overwritten last."""
+    plain = component.path
+    external = _disk_size(plain) > settings.external_data_threshold
+    feeds = _feeds(plain, exported.checkpoint.config)
+    made: dict[str, tuple[Path | None, dict[str, Any]]] = {}
+    work = scratch / component.name
+    work.mkdir()
+    final = {v: plain.with_name(variant_file(component.name, v)) for v in variants}
+
+    if "int8" in variants:
+        made["int8"] = _guarded("int8", lambda: _int8(plain, work / "int8.onnx", external))
+    optimized = None
+    if "fp32" in variants or "fp16" in variants:
+        t0 = time.perf_counter()
+        try:
+            optimized, fp32_details = _fp32(exported, component, work, external, feeds, settings)
+        except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
+            raise OptimizeError(f"fp32 of {component.name}: {_reason(exc)}") from exc
+        fp32_details["seconds"] = round(time.perf_counter() - t0, 3)
+        if "fp32" in variants:
+            made["fp32"] = (optimized, fp32_details)
+    if "fp16" in variants:
+        source, label = (optimized, "optimized fp32") if optimized else (plain, "plain export")
+        made["fp16"] = _guarded("fp16", lambda: _fp16(source, label, work / "fp16.onnx", external))
+
+    # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
+    placed: dict[str, tuple[Path | None, dict[str, Any]]] = {}
+    for variant in variants:
+        path, details = made[variant]
+        placed[variant] = (_place(path, final[variant], external) if path else None, details)
+    return placed
+
+
+def _guarded(variant: str, make: Any) -> tuple[Path | None, dict[str, Any]]:
+    """Run one variant's builder; its failure becomes data instead of failing the model."""
+    t0 = time.perf_counter()
+    try:
+        path, details = make()
+    except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is recorded, not raised
+        path, details = None, {"error": _reason(exc), "failure_kind": FailureKind.OPTIMIZE_ERROR.value}
+    details["seconds"] = round(time.perf_counter() - t0, 3)
+    return path, details
+
+
+def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
+    """Dynamic int8 quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        plain,
+        out,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        use_external_data_format=external,
+        # Merged decoders keep their layers inside If branches.
+        extra_options={"EnableSubgraph": True},
+    )
+    census = _census(out)
+    quantized = {op: census[op] for op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if census[op]}
+    if not quantized:
+        raise OptimizeError("quantize_dynamic quantized no operator")
+    return out, {"quantization": "dynamic", "per_channel": True, "weight_type": "QInt8", "quantized_ops": quantized}
+
+
+def _fp32(
+    exported: ExportedModel,
+    component: Component,
+    work: Path,
+    external: bool,
+    feeds: dict[str, np.ndarray],
+    settings: Settings,
+) -> tuple[Path, dict[str, Any]]:
+    """The first candidate that loads and matches the plain export: fusion, ORT offline, unchanged."""
+    tolerance = settings.tolerances["fp32"].max_abs if "fp32" in settings.tolerances else 1e-4
+    reference = _run(component.path, feeds, settings)
+    before = _census(component.path)
+    notes: list[str] = []
+    model_type = exported.checkpoint.model_type
+    fusion_type = FUSION_TYPES.get(model_type)
+    details: dict[str, Any] = {
+        "model_type": model_type,
+        "optimizer_model_type": fusion_type,
+        "checked_against_plain": reference is not None,
+    }
+    if fusion_type is None:
+        notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
+    else:
+        try:
+            out, stats = _fuse(component.path, work / "fused.onnx", fusion_type, exported.checkpoint.config, external)
+            details["fused_operator_statistics"] = stats
+            gained = _gained(before, _census(out))
+            if not gained:
+                notes.append(f"transformers optimizer ({fusion_type}) fused nothing")
+            elif (why := _mismatch(reference, _run(out, feeds, settings), tolerance)) is not None:
+                notes.append(f"transformers optimizer ({fusion_type}) output changed: {why}")
+            else:
+                return out, {**details, "method": "transformers_optimizer", "fusion_applied": True, "fused_ops": gained}
+        except Exception as exc:  # noqa: BLE001 - a broken fuser falls back to ORT's own optimizer
+            notes.append(f"transformers optimizer ({fusion_type}) failed: {_reason(exc)}")
+
+    out = _ort_offline(component.path, work / "offline.onnx", external)
+    why = _mismatch(reference, _run(out, feeds, settings), tolerance)
+    if why is None:
+        return out, {
+            **details,
+            "method": "ort_offline",
+            "fusion_applied": False,
+            "fused_ops": _gained(before, _census(out)),
+            "note": "; ".join(notes),
+        }
+    notes.append(f"ORT offline optimization output changed: {why}")
+    return component.path, {**details, "method": "none", "fusion_applied": False, "note": "; ".join(notes)}
+
+
+def _fuse(plain: Path, out: Path, fusion_type: str, config: dict[str, Any], external: bool) -> tuple[Path, dict]:
+    """The transformers optimizer's Python fusions only (opt_level 0): no hardware-specific ops."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    heads, hidden = _heads_hidden(config)
+    optimizer = optimize_model(
+        str(plain), model_type=fusion_type, num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=False
+    )
+    stats = {op: n for op, n in optimizer.get_fused_operator_statistics().items() if n}
+    _save(optimizer.model, out, external)
+    return out, stats
+
+
+def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
+    """ONNX Runtime's own graph optimizations, saved instead of run."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(out)
+    if external:
+        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", out.name + "_data")
+        opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
+    return out
+
+
+def _fp16(source: Path, label: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
+    """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
+    import onnxruntime as ort
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    model = OnnxModel(onnx.load(str(source)))
+    # Symbolic shape inference types the contrib ops (Attention, SkipLayerNormalization) the fusers emit.
+    model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True)
+    _save(model.model, out, external)
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    return out, {"from": label, "keep_io_types": True}
+
+
+def _heads_hidden(config: dict[str, Any]) -> tuple[int, int]:
+    """Attention heads and hidden size from an HF config; 0 lets the fuser detect them from the graph."""
+    heads = _first_int(config, ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "n_heads"))
+    hidden = _first_int(config, ("hidden_size", "n_embd", "d_model", "dim"))
+    if "d_kv" in config and heads and hidden and config["d_kv"] * heads != hidden:
+        hidden = config["d_kv"] * heads  # T5's attention width is heads * d_kv, not d_model
+    return heads, hidden
+
+
+def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if value is not None:
+            return 0  # per-stage lists (swin): width varies, let the fuser detect it
+    return 0
+
+
+def _feeds(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Inputs for a plain-vs-candidate check, built from the graph's declared inputs and the config."""
+    model = onnx.load(str(path), load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    sizes = _dim_sizes(config)
+    feeds: dict[str, np.ndarray] = {}
+    for inp in model.graph.input:
+        if inp.name in initializers:
+            continue
+        tensor = inp.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else _dim(d.dim_param, sizes) for d in tensor.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        feeds[inp.name] = _values(inp.name, shape, dtype, config, rng)
+    return feeds
+
+
+def _dim_sizes(config: dict[str, Any]) -> dict[str, int]:
+    image = config.get("image_size", 32)
+    image = image[0] if isinstance(image, (list, tuple)) else image
+    return {
+        "batch_size": 2,
+        "num_channels": int(config.get("num_channels", 3)),
+        "height": int(image),
+        "width": int(image),
+        "feature_size": int(config.get("num_mel_bins", config.get("feature_size", 80))),
+    }
+
+
+def _dim(name: str, sizes: dict[str, int]) -> int:
+    """A symbolic dimension's test size; past lengths differ from current ones to catch mix-ups."""
+    if name in sizes:
+        return sizes[name]
+    if "+" in name:  # optimum writes e.g. "past_sequence_length + sequence_length"
+        return sum(_dim(part.strip(), sizes) for part in name.split("+"))
+    if "batch" in name:
+        return 2
+    return 3 if "past" in name else 5
+
+
+def _values(name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: Any) -> np.ndarray:
+    if dtype == np.bool_:
+        return np.ones(shape, dtype=bool)  # use_cache_branch: take the with-past branch
+    if np.issubdtype(dtype, np.integer):
+        if "mask" in name:
+            return np.ones(shape, dtype=dtype)
+        if "input_ids" in name:
+            return rng.integers(0, min(int(config.get("vocab_size", 100)), 100), shape).astype(dtype)
+        return np.zeros(shape, dtype=dtype)  # token types, positions: 0 is always valid
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray], settings: Settings) -> list[np.ndarray] | None:
+    """Outputs of one graph on the feeds; None when the plain graph itself cannot run them."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = settings.threads
+    # Load without further optimization: the check is of the graph as written.
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    try:
+        return session.run(None, feeds)
+    except Exception:  # noqa: BLE001 - generated inputs don't fit every model; then only loading is checked
+        return None
+
+
+def _mismatch(reference: list[np.ndarray] | None, candidate: list[np.ndarray] | None, tolerance: float) -> str | None:
+    """Why a candidate's outputs differ from the plain export's; None when they agree or can't be compared."""
+    if reference is None or candidate is None:
+        return None
+    for i, (ref, got) in enumerate(zip(reference, candidate, strict=True)):
+        if ref.shape != got.shape:
+            return f"output {i} shape {got.shape} != {ref.shape}"
+        if not np.issubdtype(ref.dtype, np.floating):
+            continue
+        worst = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64)), initial=0.0))
+        if not worst <= tolerance:
+            return f"output {i} max abs {worst:.3g} > {tolerance:g}"
+    return None
+
+
+def _census(path: Path) -> Counter[str]:
+    """Op type counts, including the branches of If and Loop nodes."""
+    counts: Counter[str] = Counter()
+    stack = [onnx.load(str(path), load_external_data=False).graph]
+    while stack:
+        graph = stack.pop()
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attr in node.attribute:
+                stack.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
+    return counts
+
+
+def _gained(before: Counter[str], after: Counter[str]) -> dict[str, int]:
+    return {op: after[op] - before[op] for op in _FUSED_OPS if after[op] > before[op]}
+
+
+def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
+    """Write a graph, weights in ``<name>_data`` beside it (optimum's and transformers.js' name) when large."""
+    data = path.with_name(path.name + "_data")
+    data.unlink(missing_ok=True)  # onnx appends to an existing data file
+    if external:
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name
+        )
+    else:
+        onnx.save_model(model, str(path))
+
+
+def _place(src: Path, dst: Path, external: bool) -> Path:
+    """Move a finished graph into onnx/; external data is renamed, so it is rewritten."""
+    if src == dst:
+        return dst
+    if external:
+        _save(onnx.load(str(src)), dst, external=True)
+    else:
+        dst.with_name(dst.name + "_data").unlink(missing_ok=True)
+        os.replace(src, dst)
+    return dst
+
+
+def _disk_size(path: Path) -> int:
+    data = path.with_name(path.name + "_data")
+    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
+def _summarize(art: Artifact) -> None:
+    """Variant-level facts over all components, for the record."""
+    parts = art.details["components"].values()
+    art.details["seconds"] = round(sum(p.get("seconds", 0.0) for p in parts), 3)
+    if art.variant == "fp32":
+        art.details["fusion_applied"] = any(p.get("fusion_applied") for p in parts)
+        art.details["fused_ops"] = dict(sum((Counter(p.get("fused_ops", {})) for p in parts), Counter()))
+        art.details["methods"] = sorted({p["method"] for p in parts if "method" in p})
+    if art.variant == "int8":
+        art.details["quantization"] = "dynamic QInt8 per-channel"
+    if "error" in art.details:
+        art.details["failure_kind"] = FailureKind.OPTIMIZE_ERROR.value
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]
