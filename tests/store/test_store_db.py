@@ -1,0 +1,200 @@
+"""ResultStore against real DuckDB files: rows, transactions, migrations, views, locks, SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from synthetic import HISTORY, fill, good, result
+
+from zoo_convert.errors import StoreError
+from zoo_convert.store import ResultStore
+from zoo_convert.store.schema import LATEST_VERSION
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> ResultStore:
+    return fill(tmp_path_factory.mktemp("history") / "results.duckdb")
+
+
+def rows(store: ResultStore, sql: str) -> list[tuple]:
+    with store.connect() as con:
+        return con.execute(sql).fetchall()
+
+
+def test_fresh_file_gets_every_migration_once(tmp_path: Path) -> None:
+    path = tmp_path / "r.duckdb"
+    ResultStore(path)
+    ResultStore(path)  # reopening applies nothing twice
+    with duckdb.connect(str(path), read_only=True) as con:
+        versions = con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    assert [v for (v,) in versions] == list(range(1, LATEST_VERSION + 1))
+
+
+def test_read_only_needs_an_existing_db(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no results database"):
+        ResultStore(tmp_path / "missing.duckdb", read_only=True)
+    ResultStore(tmp_path / "r.duckdb")
+    reader = ResultStore(tmp_path / "r.duckdb", read_only=True)
+    with pytest.raises(StoreError, match="read-only"):
+        reader.start_run("x", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+
+
+def test_record_writes_variant_output_and_census_rows(history: ResultStore) -> None:
+    got = rows(history, "SELECT variant, status, verify_s, fetch_s, versions['torch'], tags FROM results"
+                        " WHERE job_key = 'k-bert-2' ORDER BY variant")
+    assert got == [
+        ("fp16", "passed", 0.2, 0.5, "2.13.0", ["nightly"]),
+        ("fp32", "failed", 0.2, 0.5, "2.13.0", ["nightly"]),
+        ("int8", "passed", 0.2, 0.5, "2.13.0", ["nightly"]),
+    ]
+    assert rows(history, "SELECT count(*) FROM verification WHERE job_key = 'k-bert-2'") == [(12,)]
+    assert rows(history, "SELECT sum(n) FROM op_census WHERE job_key = 'k-bert-2'") == [(56,)]
+
+
+def test_a_job_without_artifacts_is_one_null_variant_row(history: ResultStore) -> None:
+    got = rows(history, "SELECT variant, status, failure_kind, stage, traceback IS NOT NULL FROM results"
+                        " WHERE job_key = 'k-vit-2'")
+    assert got == [(None, "failed", "export_error", "export", True)]
+
+
+def test_recording_a_job_twice_raises_and_writes_nothing(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    res = result("zoo/x", "bert", variants=good("x"))
+    store.record("r", "k", res)
+    with pytest.raises(StoreError, match="already recorded"):
+        store.record("r", "k", res)
+    with pytest.raises(StoreError, match="unknown run"):
+        store.record("nope", "k2", res)
+    assert rows(store, "SELECT count(*) FROM results") == [(3,)]
+    assert rows(store, "SELECT count(*) FROM verification") == [(12,)]
+
+
+def test_finish_run_counts_jobs_by_status(history: ResultStore) -> None:
+    got = rows(history, "SELECT run_id, status, n_jobs, n_passed, n_failed, finished_at >= started_at FROM runs"
+                        " ORDER BY run_seq")
+    assert got == [
+        ("run-1", "completed", 5, 5, 0, True),
+        ("run-2", "completed", 5, 2, 3, True),
+        ("run-3", "completed", 1, 0, 1, True),
+    ]
+
+
+def test_terminal_keys(history: ResultStore) -> None:
+    every = {k for jobs in HISTORY.values() for k, _ in jobs}
+    assert history.terminal_keys() == every
+    assert history.terminal_keys(include_failed=False) == {
+        "k-bert-1", "k-gpt2-1", "k-roberta-1", "k-t5-1", "k-vit-1", "k-gpt2-2", "k-roberta-2"
+    }
+
+
+def test_latest_results_takes_each_models_latest_job(history: ResultStore) -> None:
+    got = rows(history, "SELECT source, run_id, count(*) FROM latest_results GROUP BY ALL ORDER BY source")
+    assert got == [
+        ("", "run-2", 1),
+        ("zoo/bert-a", "run-2", 3),
+        ("zoo/gpt2-b", "run-2", 3),
+        ("zoo/roberta-c", "run-2", 3),
+        ("zoo/t5-d", "run-3", 1),
+        ("zoo/vit-e", "run-2", 1),
+    ]
+
+
+def test_compat_matrix_counts_a_failed_export_in_every_variant(history: ResultStore) -> None:
+    got = rows(history, "SELECT model_type, opset, variant, models, pass_rate FROM compat_matrix"
+                        " WHERE model_type IN ('bert', 'vit') ORDER BY ALL")
+    assert got == [
+        ("bert", 17, "fp16", 1, 1.0),
+        ("bert", 17, "fp32", 1, 0.0),
+        ("bert", 17, "int8", 1, 1.0),
+        ("vit", 17, "fp16", 1, 0.0),
+        ("vit", 17, "fp32", 1, 0.0),
+        ("vit", 17, "int8", 1, 0.0),
+    ]
+    assert rows(history, "SELECT count(*) FROM compat_matrix WHERE model_type = 'unknown'") == [(0,)]
+
+
+def test_regressions_compare_with_the_latest_earlier_result(history: ResultStore) -> None:
+    got = rows(history, "SELECT run_id, previous_run_id, source, variant, regression FROM regressions ORDER BY ALL")
+    broke_all = [("zoo/vit-e", v, "broke") for v in ("fp16", "fp32", "int8")]
+    expected = [
+        ("run-2", "run-1", "zoo/bert-a", "fp32", "broke"),
+        ("run-2", "run-1", "zoo/bert-a", "fp32", "error_grew"),
+        *[("run-2", "run-1", "zoo/gpt2-b", v, "error_grew") for v in ("fp16", "fp32", "int8")],
+        *[("run-2", "run-1", "zoo/roberta-c", v, "slower") for v in ("fp16", "fp32", "int8")],
+        *[("run-2", "run-1", *b) for b in broke_all],
+        # run-2 skipped t5-d: run-3 is compared with run-1
+        *[("run-3", "run-1", "zoo/t5-d", v, "broke") for v in ("fp16", "fp32", "int8")],
+    ]
+    assert got == sorted(expected)
+
+
+def test_failure_signatures_strip_numbers_paths_hex_and_names(history: ResultStore) -> None:
+    got = rows(history, "SELECT failure_kind, signature, n, models, sample_models FROM failure_signatures"
+                        " WHERE failure_kind = 'export_error'")
+    assert got == [
+        ("export_error", "Could not export <path>: unsupported op <name> at <hex>", 2, 2, ["zoo/t5-d", "zoo/vit-e"])
+    ]
+
+
+def test_a_reader_waits_for_the_writer_lock(tmp_path: Path) -> None:
+    path = tmp_path / "r.duckdb"
+    ResultStore(path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', flush=True);"
+                               " time.sleep(1.5)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreError, match="held by another process"):
+            ResultStore(path, read_only=True, lock_timeout_s=0.2)
+        reader = ResultStore(path, read_only=True, lock_timeout_s=30)
+        assert reader.terminal_keys() == set()
+    finally:
+        holder.wait(timeout=30)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from synthetic import good, result
+    from zoo_convert.store import ResultStore
+
+    store = ResultStore({path!r})
+    store.start_run("killed", manifest="m", manifest_hash="h", versions={{}}, resources={{}}, settings={{}})
+    for i in range(100_000):
+        store.record("killed", f"k{{i}}", result(f"zoo/m{{i}}", "bert", variants=good("m")))
+        print(i + 1, flush=True)
+    """
+)
+
+
+def test_a_driver_killed_mid_run_leaves_a_readable_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.duckdb"
+    code = WRITER.format(tests=str(Path(__file__).parent), path=str(path))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    committed = 0
+    deadline = time.monotonic() + 120
+    while committed < 5 and time.monotonic() < deadline:
+        committed = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert committed >= 5
+    reader = ResultStore(path, read_only=True)
+    got = rows(reader, "SELECT count(DISTINCT job_key), count(*), count(*) FILTER (WHERE variant IS NULL),"
+                       " (SELECT status FROM runs) FROM results")
+    jobs, n_rows, nulls, run_status = got[0]
+    assert jobs >= committed  # every job it reported committed is there ...
+    assert n_rows == 3 * jobs and nulls == 0  # ... and no job is half written
+    assert run_status == "running"
+    ResultStore(path).record("killed", "after", result("zoo/after", "bert", variants=good("after")))
