@@ -23,6 +23,7 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,27 +120,24 @@ def _component(
     """All variants of one graph; the plain export is overwritten last."""
     plain = component.path
     external = _disk_size(plain) > settings.external_data_threshold
-    feeds = _feeds(plain, exported.checkpoint.config)
     made: dict[str, tuple[Path | None, dict[str, Any]]] = {}
     work = scratch / component.name
     work.mkdir()
     final = {v: plain.with_name(variant_file(component.name, v)) for v in variants}
 
     if "int8" in variants:
-        made["int8"] = _guarded("int8", lambda: _int8(plain, work / "int8.onnx", external))
-    optimized = None
+        made["int8"] = _guarded(lambda: _int8(plain, work / "int8.onnx", external))
     if "fp32" in variants or "fp16" in variants:
         t0 = time.perf_counter()
         try:
-            optimized, fp32_details = _fp32(exported, component, work, external, feeds, settings)
+            optimized, fp32_details = _fp32(exported, component, work, external, settings)
         except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
             raise OptimizeError(f"fp32 of {component.name}: {_reason(exc)}") from exc
         fp32_details["seconds"] = round(time.perf_counter() - t0, 3)
         if "fp32" in variants:
             made["fp32"] = (optimized, fp32_details)
     if "fp16" in variants:
-        source, label = (optimized, "optimized fp32") if optimized else (plain, "plain export")
-        made["fp16"] = _guarded("fp16", lambda: _fp16(source, label, work / "fp16.onnx", external))
+        made["fp16"] = _guarded(lambda: _fp16(optimized, fp32_details["method"], work / "fp16.onnx", external))
 
     # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
     placed: dict[str, tuple[Path | None, dict[str, Any]]] = {}
@@ -149,7 +147,7 @@ def _component(
     return placed
 
 
-def _guarded(variant: str, make: Any) -> tuple[Path | None, dict[str, Any]]:
+def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | None, dict[str, Any]]:
     """Run one variant's builder; its failure becomes data instead of failing the model."""
     t0 = time.perf_counter()
     try:
@@ -185,10 +183,10 @@ def _fp32(
     component: Component,
     work: Path,
     external: bool,
-    feeds: dict[str, np.ndarray],
     settings: Settings,
 ) -> tuple[Path, dict[str, Any]]:
     """The first candidate that loads and matches the plain export: fusion, ORT offline, unchanged."""
+    feeds = _feeds(component.path, exported.checkpoint.config)
     tolerance = settings.tolerances["fp32"].max_abs if "fp32" in settings.tolerances else 1e-4
     reference = _run(component.path, feeds, settings)
     before = _census(component.path)
@@ -257,7 +255,7 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
     return out
 
 
-def _fp16(source: Path, label: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
+def _fp16(source: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
     import onnxruntime as ort
     from onnxruntime.transformers.onnx_model import OnnxModel
@@ -267,7 +265,7 @@ def _fp16(source: Path, label: str, out: Path, external: bool) -> tuple[Path, di
     model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True)
     _save(model.model, out, external)
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    return out, {"from": label, "keep_io_types": True}
+    return out, {"from_fp32": fp32_method, "keep_io_types": True}
 
 
 def _heads_hidden(config: dict[str, Any]) -> tuple[int, int]:

@@ -1,0 +1,233 @@
+"""The optimize stage on real optimum exports of tiny random checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from zoo_convert.errors import OptimizeError
+from zoo_convert.records import Settings
+from zoo_convert.stages import Checkpoint, Component, ExportedModel
+from zoo_convert.stages.optimize import _feeds, optimize
+
+pytestmark = pytest.mark.timeout(300)
+
+VARIANTS = ("fp32", "fp16", "int8")
+
+
+def _export(root: Path, name: str, model, task: str, processor=None) -> Path:
+    """save_pretrained + optimum main_export into ``root/name/onnx``."""
+    from optimum.exporters.onnx import main_export
+
+    ckpt = root / name / "checkpoint"
+    model.save_pretrained(ckpt)
+    if processor is not None:
+        processor.save_pretrained(ckpt)
+    main_export(str(ckpt), output=root / name / "onnx", task=task, library_name="transformers", do_validation=False)
+    return root / name
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One export per architecture family, shared; tests optimize copies of them."""
+    import torch
+    from transformers import (
+        BertConfig,
+        BertModel,
+        ConvNextImageProcessor,
+        ResNetConfig,
+        ResNetModel,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("optimize_exports")
+    bert = BertModel(
+        BertConfig(
+            vocab_size=128,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
+    )
+    resnet = ResNetModel(ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"))
+    t5 = T5ForConditionalGeneration(
+        T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0)
+    )
+    return {
+        "bert": _export(root, "bert", bert, "feature-extraction"),
+        "resnet": _export(root, "resnet", resnet, "feature-extraction", ConvNextImageProcessor(size={"shortest_edge": 32})),
+        "t5": _export(root, "t5", t5, "text2text-generation-with-past"),
+    }
+
+
+def _exported(src: Path, out: Path, components: tuple[str, ...] = ("model",), model_type: str | None = None) -> ExportedModel:
+    """A private copy of an export, as the export stage would hand it over."""
+    onnx_dir = out / "onnx"
+    onnx_dir.mkdir(parents=True)
+    for name in components:
+        shutil.copy(src / "onnx" / f"{name}.onnx", onnx_dir / f"{name}.onnx")
+    config = json.loads((src / "checkpoint" / "config.json").read_text())
+    ckpt = Checkpoint(
+        path=src / "checkpoint",
+        resolved_revision="sha256:test",
+        model_type=model_type or config["model_type"],
+        task="feature-extraction",
+        library="transformers",
+        config=config,
+    )
+    return ExportedModel(
+        checkpoint=ckpt,
+        out_dir=out,
+        components=[Component(name=n, path=onnx_dir / f"{n}.onnx") for n in components],
+        opset=18,
+        ir_version=8,
+        node_count=0,
+        op_census={},
+    )
+
+
+def _census(path: Path) -> Counter[str]:
+    return Counter(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def _outputs(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="session")
+def bert_variants(exports: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    """All three variants of the tiny bert, plus the plain export kept aside for comparison."""
+    out = tmp_path_factory.mktemp("bert_variants")
+    exported = _exported(exports["bert"], out)
+    return exported, optimize(exported, VARIANTS, Settings())
+
+
+def test_bert_variants_at_transformers_js_paths(bert_variants) -> None:
+    exported, artifacts = bert_variants
+    assert list(artifacts) == list(VARIANTS)
+    onnx_dir = exported.out_dir / "onnx"
+    assert {v: a.files for v, a in artifacts.items()} == {
+        "fp32": {"model": onnx_dir / "model.onnx"},
+        "fp16": {"model": onnx_dir / "model_fp16.onnx"},
+        "int8": {"model": onnx_dir / "model_quantized.onnx"},
+    }
+    assert sorted(p.name for p in onnx_dir.iterdir()) == ["model.onnx", "model_fp16.onnx", "model_quantized.onnx"]
+    assert all("error" not in a.details and a.details["seconds"] > 0 for a in artifacts.values())
+
+
+def test_bert_fp32_is_fused_and_matches_the_plain_export(bert_variants, exports) -> None:
+    exported, artifacts = bert_variants
+    fp32 = artifacts["fp32"]
+    assert fp32.details["fusion_applied"] is True
+    assert fp32.details["methods"] == ["transformers_optimizer"]
+    stats = fp32.details["components"]["model"]["fused_operator_statistics"]
+    assert stats["Attention"] == 2 and stats["SkipLayerNormalization"] == 4
+    ops = _census(fp32.files["model"])
+    assert ops["Attention"] == 2 and ops["MatMul"] < _census(exports["bert"] / "onnx" / "model.onnx")["MatMul"]
+
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    feeds = _feeds(plain, exported.checkpoint.config)
+    assert np.abs(_outputs(fp32.files["model"], feeds) - _outputs(plain, feeds)).max() <= 1e-4
+
+
+def test_bert_fp16_keeps_fp32_io(bert_variants, exports) -> None:
+    exported, artifacts = bert_variants
+    path = artifacts["fp16"].files["model"]
+    weights = Counter(t.data_type for t in onnx.load(str(path)).graph.initializer)
+    assert weights[onnx.TensorProto.FLOAT16] > 0
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [o.type for o in session.get_outputs()] == ["tensor(float)"] * len(session.get_outputs())
+    assert {i.name: i.type for i in session.get_inputs()} == dict.fromkeys(
+        ["input_ids", "attention_mask", "token_type_ids"], "tensor(int64)"
+    )
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    feeds = _feeds(plain, exported.checkpoint.config)
+    assert _cosine(session.run(None, feeds)[0], _outputs(plain, feeds)) > 0.999
+
+
+def test_bert_int8_is_quantized_from_the_plain_export(bert_variants, exports) -> None:
+    exported, artifacts = bert_variants
+    int8 = artifacts["int8"]
+    ops = _census(int8.files["model"])
+    assert ops["DynamicQuantizeLinear"] > 0 and ops["MatMulInteger"] > 0
+    assert ops["Attention"] == 0  # made before fusion: quantize_dynamic breaks on fused graphs
+    assert int8.details["components"]["model"]["per_channel"] is True
+    assert int8.size_bytes < artifacts["fp32"].size_bytes
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    feeds = _feeds(plain, exported.checkpoint.config)
+    assert _cosine(_outputs(int8.files["model"], feeds), _outputs(plain, feeds)) > 0.99
+
+
+def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -> None:
+    exported = _exported(exports["resnet"], tmp_path)
+    artifacts = optimize(exported, VARIANTS, Settings())
+    fp32 = artifacts["fp32"]
+    assert fp32.details["fusion_applied"] is False
+    assert fp32.details["methods"] == ["ort_offline"]
+    part = fp32.details["components"]["model"]
+    assert part["optimizer_model_type"] is None and "no transformers optimizer fuser" in part["note"]
+    assert part["checked_against_plain"] is True
+    # A float-input model: fp16 must still take and give float32.
+    session = ort.InferenceSession(str(artifacts["fp16"].files["model"]), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(float)" and session.get_outputs()[0].type == "tensor(float)"
+    assert _census(artifacts["int8"].files["model"])["ConvInteger"] > 0
+
+
+def test_encoder_decoder_per_component_and_fp16_failure_is_data(exports, tmp_path: Path) -> None:
+    exported = _exported(exports["t5"], tmp_path, ("encoder_model", "decoder_model_merged"))
+    artifacts = optimize(exported, VARIANTS, Settings())
+    onnx_dir = tmp_path / "onnx"
+    assert artifacts["int8"].files == {
+        "encoder_model": onnx_dir / "encoder_model_quantized.onnx",
+        "decoder_model_merged": onnx_dir / "decoder_model_merged_quantized.onnx",
+    }
+    # The merged decoder's layers live inside If branches: int8 must reach them.
+    merged_q = artifacts["int8"].details["components"]["decoder_model_merged"]["quantized_ops"]
+    assert merged_q["MatMulInteger"] > 0
+    fp32 = artifacts["fp32"].details["components"]
+    assert fp32["encoder_model"]["method"] == "transformers_optimizer"
+    assert fp32["decoder_model_merged"]["method"] == "ort_offline"
+    assert "fused nothing" in fp32["decoder_model_merged"]["note"]
+    # ORT's float16 converter cannot keep fp32 IO across If branches: that variant is
+    # recorded as failed for the merged decoder, the rest still ships.
+    fp16 = artifacts["fp16"]
+    assert fp16.files == {"encoder_model": onnx_dir / "encoder_model_fp16.onnx"}
+    assert fp16.details["error"].startswith("fp16 of decoder_model_merged:")
+    assert fp16.details["failure_kind"] == "optimize_error"
+    for art in (artifacts["fp32"], artifacts["int8"]):
+        for path in art.files.values():
+            ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_large_models_keep_weights_in_external_data(exports, tmp_path: Path) -> None:
+    exported = _exported(exports["bert"], tmp_path)
+    artifacts = optimize(exported, VARIANTS, Settings(external_data_threshold=0))
+    for art in artifacts.values():
+        path = art.files["model"]
+        assert path.with_name(path.name + "_data").stat().st_size > 0
+        graph = onnx.load(str(path), load_external_data=False).graph
+        assert any(onnx.external_data_helper.uses_external_data(t) for t in graph.initializer)
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert not list((tmp_path / "onnx").glob(".optimize-*"))
+
+
+def test_fp32_failure_raises_naming_variant_and_component(tmp_path: Path, exports) -> None:
+    exported = _exported(exports["bert"], tmp_path)
+    exported.components[0].path.write_bytes(b"not an onnx graph")
+    with pytest.raises(OptimizeError, match="fp32 of model"):
+        optimize(exported, ("fp32",), Settings())
