@@ -136,6 +136,11 @@ class ResultStore:
             if not updated:
                 raise StoreError(f"unknown run {run_id!r}")
 
+    def record_publication(self, row: dict[str, Any]) -> None:
+        """Append one publish outcome (``publish.Publication.to_row()``) to ``publications``."""
+        with self._transaction() as con:
+            _insert(con, "publications", [{**row, "published_at": _utcnow()}])
+
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
         """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed."""
         with self.connect() as con:

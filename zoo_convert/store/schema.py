@@ -10,6 +10,7 @@ Tables::
                       any artifact existed has one row with variant NULL
     verification      ORT vs PyTorch per job, variant, output and input shape
     op_census         ONNX op counts of each job's fp32 graph
+    publications      one row per model and publish attempt (stages/publish.py)
     schema_migrations which migrations this file has
 
 Views (the model identity is source + revision + exporter + requested opset)::
@@ -204,6 +205,24 @@ GROUP BY ALL;
 """
 
 
+_PUBLICATIONS = """
+CREATE TABLE publications (
+    run_id         VARCHAR NOT NULL,
+    job_key        VARCHAR NOT NULL,
+    source         VARCHAR NOT NULL,
+    repo_id        VARCHAR NOT NULL,
+    status         VARCHAR NOT NULL,
+    commit_sha     VARCHAR,
+    commit_url     VARCHAR,
+    files          INTEGER,
+    uploaded_files INTEGER,
+    uploaded_bytes BIGINT,
+    message        VARCHAR,
+    published_at   TIMESTAMP NOT NULL
+);
+"""
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -216,6 +235,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables", _TABLES),
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
+    Migration(3, "publications", _PUBLICATIONS),
 )
 
 SCHEMA_MIGRATIONS = """
