@@ -1,0 +1,338 @@
+"""Parquet in, validated entries out: every bad row is reported with its number and reason.
+
+The manifest is one Parquet file, one row per checkpoint (see :data:`SCHEMA`).
+Only ``source`` is required. A row expands into one job per requested opset
+(``opsets`` null or empty: one job with the exporter's default opset). Row
+numbers are 1-based, counting data rows.
+
+Validation is vectorised with pyarrow.compute so a 100,000-row manifest checks
+in well under two seconds; only the final expansion into
+:class:`~zoo_convert.records.ManifestEntry` walks the rows in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import ManifestError
+from .records import EXPORTERS, VARIANTS, ManifestEntry
+
+SCHEMA = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("task", pa.string()),
+        pa.field("revision", pa.string()),
+        pa.field("opsets", pa.list_(pa.int32())),
+        pa.field("exporter", pa.string()),
+        pa.field("variants", pa.list_(pa.string())),
+        pa.field("timeout_s", pa.float64()),
+        pa.field("memory_gb", pa.float64()),
+        pa.field("gpu", pa.bool_()),
+        pa.field("allow_remote_code", pa.bool_()),
+        pa.field("allow_pickle", pa.bool_()),
+        pa.field("priority", pa.int32()),
+        pa.field("tags", pa.list_(pa.string())),
+    ]
+)
+REQUIRED = ("source",)
+
+# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
+# tests check it stays inside what torch and onnx know.
+MIN_OPSET, MAX_OPSET = 7, 23
+
+# optimum 2.1 TasksManager.get_all_tasks() plus its _SYNONYM_TASK_MAP keys, frozen here so
+# validating a manifest never imports torch; tests/test_manifest.py checks it against TasksManager.
+TASKS = frozenset(
+    {
+        "audio-classification", "audio-frame-classification", "audio-xvector", "automatic-speech-recognition",
+        "depth-estimation", "document-question-answering", "feature-extraction", "fill-mask",
+        "image-classification", "image-segmentation", "image-text-to-text", "image-to-image", "image-to-text",
+        "inpainting", "keypoint-detection", "mask-generation", "masked-im", "multiple-choice", "object-detection",
+        "question-answering", "reinforcement-learning", "semantic-segmentation", "sentence-similarity",
+        "text-classification", "text-generation", "text-to-audio", "text-to-image", "text2text-generation",
+        "time-series-forecasting", "token-classification", "visual-question-answering",
+        "zero-shot-image-classification", "zero-shot-object-detection",
+        # synonyms
+        "audio-ctc", "causal-lm", "causal-lm-with-past", "default", "default-with-past", "image-feature-extraction",
+        "latent-consistency", "masked-lm", "pretraining", "seq2seq-lm", "seq2seq-lm-with-past",
+        "sequence-classification", "speech2seq-lm", "speech2seq-lm-with-past", "stable-diffusion",
+        "stable-diffusion-xl", "summarization", "text-to-speech", "translation", "vision2seq-lm",
+        "zero-shot-classification",
+    }
+)  # fmt: skip
+_WITH_PAST = "-with-past"
+
+# huggingface_hub's validate_repo_id, in RE2 syntax (same as stages.fetch._HUB_ID).
+_HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A read and validated manifest.
+
+    Attributes:
+        path: the Parquet file.
+        rows: number of data rows.
+        entries: one job per valid row and opset, in row order.
+        problems: every invalid row (``row`` set) or file-level fault (``row`` None).
+        bad_rows: row number -> the raw values of each invalid row, for recording.
+        warnings: things worth saying that do not invalidate anything (unknown columns).
+        sha256: hash of the file's bytes, recorded with each run.
+    """
+
+    path: Path
+    rows: int
+    entries: tuple[ManifestEntry, ...]
+    problems: tuple[ManifestError, ...]
+    bad_rows: dict[int, dict[str, Any]]
+    warnings: tuple[str, ...] = ()
+    sha256: str = ""
+
+    @property
+    def file_problems(self) -> tuple[ManifestError, ...]:
+        """Faults of the whole file (unreadable, missing or mistyped column): nothing can run."""
+        return tuple(p for p in self.problems if p.row is None)
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """Read a Parquet manifest and validate every row; never raises for bad content."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        table = pq.read_table(pa.BufferReader(data))
+    except (OSError, pa.ArrowException) as exc:
+        problem = ManifestError(f"cannot read Parquet file {path}: {exc}")
+        return Manifest(path=path, rows=0, entries=(), problems=(problem,), bad_rows={})
+    return validate_table(table, base_dir=path.parent.resolve(), path=path, sha256=hashlib.sha256(data).hexdigest())
+
+
+def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table>"), sha256: str = "") -> Manifest:
+    """Validate an Arrow table against :data:`SCHEMA` and expand its valid rows into jobs."""
+    table, file_problems, warnings = _conform(table)
+    if file_problems:
+        return Manifest(path, table.num_rows, (), tuple(file_problems), {}, tuple(warnings), sha256)
+    n = table.num_rows
+    reasons: list[list[str]] = [[] for _ in range(n)]
+
+    def flag(mask: pa.Array | pa.ChunkedArray, reason: str | Callable[[int], str]) -> None:
+        # mask: true on bad rows; reason: a text, or a function of the row index (called on bad rows only)
+        for i in pc.indices_nonzero(pc.fill_null(mask, False)).to_pylist():
+            reasons[i].append(reason if isinstance(reason, str) else reason(i))
+
+    col = table.column
+    source = col("source")
+    flag(pc.or_kleene(pc.is_null(source), pc.equal(pc.utf8_trim_whitespace(source), "")), "missing source")
+    # a '..' component could walk out of the manifest's folder or the hub cache
+    flag(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)"), "source must not contain a '..' path component")
+    base = str(base_dir)
+    sources = [_resolve_source(s, base) for s in source.to_pylist()]
+    local = pa.array([s is not None and _looks_local(s) for s in sources])
+    hub_ok = pc.and_kleene(
+        pc.match_substring_regex(source, _HUB_ID),
+        pc.invert(pc.or_kleene(pc.match_substring(source, ".."), pc.match_substring(source, "--"))),
+    )
+    hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.ends_with(source, ".git")))
+    bad_hub = pc.and_kleene(pc.invert(local), pc.invert(hub_ok))
+    bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)")))
+    flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
+    missing_dir = [bool(loc) and not os.path.isdir(s) for loc, s in zip(local.to_pylist(), sources)]
+    flag(pa.array(missing_dir), lambda i: f"local checkpoint folder not found: {sources[i]}")
+
+    task = col("task")
+    known = pc.or_kleene(pc.is_in(task, value_set=pa.array(sorted(TASKS))), pc.is_null(task))
+    stripped = pc.replace_substring_regex(task, _WITH_PAST + "$", "")
+    known = pc.or_kleene(known, pc.is_in(stripped, value_set=pa.array(sorted(TASKS))))
+    flag(pc.invert(known), lambda i: f"unknown task {task[i].as_py()!r}")
+
+    exporter = col("exporter")
+    flag(pc.invert(pc.or_kleene(pc.is_null(exporter), pc.is_in(exporter, value_set=pa.array(EXPORTERS)))),
+         lambda i: f"unknown exporter {exporter[i].as_py()!r} (choose from {', '.join(EXPORTERS)})")  # fmt: skip
+
+    _flag_list(table, "opsets", flag, lambda v: pc.or_kleene(pc.less(v, MIN_OPSET), pc.greater(v, MAX_OPSET)),
+               f"impossible opset (supported: {MIN_OPSET}..{MAX_OPSET})")  # fmt: skip
+    _flag_list(table, "variants", flag, lambda v: pc.invert(pc.is_in(v, value_set=pa.array(VARIANTS))),
+               f"unknown variant (choose from {', '.join(VARIANTS)})")  # fmt: skip
+    flag(pc.equal(pc.list_value_length(col("variants")), 0), "empty variants list")
+    for name in ("timeout_s", "memory_gb"):
+        v = col(name)
+        flag(pc.invert(pc.and_kleene(pc.greater(v, 0), pc.is_finite(v))), f"{name} must be a positive number")
+
+    rows = _rows(table)
+    entries: list[ManifestEntry] = []
+    seen: dict[tuple, int] = {}
+    for i, row in enumerate(rows):
+        if reasons[i]:
+            continue
+        expanded = _expand(row, sources[i], i + 1)
+        dupes = [seen[k] for k in (_job_id(e) for e in expanded) if k in seen]
+        if dupes:
+            reasons[i].append(f"duplicate job: same source, revision, task, opset and exporter as row {dupes[0]}")
+            continue
+        seen.update({_job_id(e): i + 1 for e in expanded})
+        entries.extend(expanded)
+    problems = tuple(ManifestError("; ".join(r), row=i + 1) for i, r in enumerate(reasons) if r)
+    bad_rows = {p.row: rows[p.row - 1] for p in problems if p.row is not None}
+    return Manifest(path, n, tuple(entries), problems, bad_rows, tuple(warnings), sha256)
+
+
+def row_key(row: int, values: dict[str, Any]) -> str:
+    """Stable job key of an invalid row: its number and content (there is no job to key)."""
+    blob = json.dumps({"row": row, "values": values}, sort_keys=True, default=str)
+    return "manifest:" + hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _conform(table: pa.Table) -> tuple[pa.Table, list[ManifestError], list[str]]:
+    """Cast columns to SCHEMA within a type family (int64 -> int32, large_string -> string), add absent ones."""
+    problems: list[ManifestError] = []
+    warnings = [f"unknown column {c!r} ignored" for c in table.column_names if c not in SCHEMA.names]
+    columns = []
+    for field in SCHEMA:
+        if field.name not in table.column_names:
+            if field.name in REQUIRED:
+                problems.append(ManifestError(f"missing required column {field.name!r}", column=field.name))
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        if column.type != field.type:
+            if not _same_family(column.type, field.type):
+                problems.append(
+                    ManifestError(f"column {field.name!r} is {column.type}, expected {field.type}", column=field.name)
+                )
+                columns.append(pa.nulls(table.num_rows, field.type))
+                continue
+            try:
+                column = column.cast(field.type)
+            except pa.ArrowInvalid as exc:
+                problems.append(ManifestError(f"column {field.name!r}: {exc}", column=field.name))
+                columns.append(pa.nulls(table.num_rows, field.type))
+                continue
+        columns.append(column)
+    schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
+    return pa.Table.from_arrays(columns, schema=schema), problems, warnings
+
+
+def _same_family(got: pa.DataType, want: pa.DataType) -> bool:
+    if pa.types.is_null(got):
+        return True
+    if pa.types.is_list(want):
+        if not (pa.types.is_list(got) or pa.types.is_large_list(got)):
+            return False
+        return _same_family(got.value_type, want.value_type)
+    for family in (pa.types.is_string, pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean):
+        if family(want):
+            return family(got) or (family is pa.types.is_string and pa.types.is_large_string(got)) or (
+                family is pa.types.is_floating and pa.types.is_integer(got)
+            )
+    return False
+
+
+def _flag_list(table: pa.Table, name: str, flag: Any, bad_value: Any, reason: str) -> None:
+    """Flag rows of a list column holding a null or a bad element."""
+    column = table.column(name).combine_chunks()
+    values = pc.list_flatten(column)
+    parents = pc.list_parent_indices(column)
+    bad = pc.fill_null(bad_value(values), True)
+    rows = sorted(set(pc.filter(parents, bad).to_pylist()))
+    if rows:
+        mask = [False] * table.num_rows
+        for r in rows:
+            mask[r] = True
+        flag(pa.array(mask), lambda i: f"{reason}: {column[i].as_py()}")
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    return [dict(zip(cols, values)) for values in zip(*cols.values())]
+
+
+def _expand(row: dict[str, Any], source: str, number: int) -> list[ManifestEntry]:
+    opsets = sorted(set(row["opsets"])) if row["opsets"] else [None]
+    variants = tuple(dict.fromkeys(row["variants"])) if row["variants"] else VARIANTS
+    return [
+        ManifestEntry(
+            source=source,
+            task=row["task"],
+            revision=row["revision"],
+            opset=opset,
+            exporter=row["exporter"] or "optimum",
+            variants=variants,
+            timeout_s=row["timeout_s"],
+            memory_gb=row["memory_gb"],
+            gpu=bool(row["gpu"]),
+            allow_remote_code=bool(row["allow_remote_code"]),
+            allow_pickle=bool(row["allow_pickle"]),
+            priority=row["priority"] or 0,
+            tags=tuple(row["tags"] or ()),
+            row=number,
+        )
+        for opset in opsets
+    ]
+
+
+def _job_id(e: ManifestEntry) -> tuple:
+    return (e.source, e.revision, e.task, e.opset, e.exporter)
+
+
+def _looks_local(source: str) -> bool:
+    return source.startswith(_PATH_PREFIXES)
+
+
+def _resolve_source(source: str | None, base_dir: str) -> str | None:
+    """A relative path that exists next to the manifest becomes absolute; hub ids stay as they are."""
+    if source is None or not source.strip():
+        return None
+    if source.startswith("~"):
+        return os.path.expanduser(source)
+    if source.startswith("/"):
+        return source
+    candidate = os.path.join(base_dir, source)
+    if source.startswith(("./", "../")) or os.path.exists(candidate):
+        return os.path.normpath(candidate)
+    return source
+
+
+def write_manifest(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows (dicts keyed by :data:`SCHEMA` column names; absent keys are null) as a manifest."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=SCHEMA)
+    pq.write_table(table, path)
+    return path
+
+
+def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, list[str]]:
+    """Build a manifest of hub ids from a CSV with ``model_id``, ``task`` and ``library`` columns.
+
+    Returns the number of rows written and why the others were dropped (unknown
+    task, invalid id, duplicate); tags carry the library and ``tiny`` for test models.
+    """
+    import csv
+
+    rows: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    with open(csv_path, newline="") as f:
+        for n, rec in enumerate(csv.DictReader(f), start=1):
+            source, task = rec["model_id"].strip(), (rec.get("task") or "").strip() or None
+            if (source, task) in seen:
+                dropped.append(f"csv row {n}: duplicate {source} {task}")
+                continue
+            if task is not None and task not in TASKS and task.removesuffix(_WITH_PAST) not in TASKS:
+                dropped.append(f"csv row {n}: {source}: task {task!r} is not an optimum task")
+                continue
+            seen.add((source, task))
+            tags = [t for t in (rec.get("library"), "tiny" if rec.get("tiny_test_model") == "1" else None) if t]
+            rows.append({"source": source, "task": task, "tags": tags})
+    write_manifest(rows, out_path)
+    return len(rows), dropped
