@@ -88,6 +88,259 @@ def convert(
     sys.exit(0 if result.passed else 1)
 
 
+_DB_OPTION = click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False), default="results.duckdb", show_default=True,
+    help="the farm's results database (opened read-only)",
+)
+
+
+@cli.group()
+def db() -> None:
+    """Read the compatibility database (read-only; waits while a farm run holds it)."""
+
+
+@db.command("status")
+@_DB_OPTION
+def db_status(db_path: str) -> None:
+    """Show the latest run at a glance.
+
+    Example:
+
+        zoo-convert db status --db build/demo/results.duckdb
+    """
+    from .store import ResultStore
+    from .store.queries import status
+
+    info = status(ResultStore(db_path, read_only=True))
+    if not info:
+        click.echo("no runs yet")
+        return
+    kinds = ", ".join(f"{k} {n}" for k, n in info.pop("failure_kinds").items()) or "none"
+    for key, value in info.items():
+        click.echo(f"{key:<14}{value}")
+    click.echo(f"{'failure kinds':<14}{kinds}")
+
+
+@db.command("regressions")
+@_DB_OPTION
+@click.option("--since", help="list regressions in every run after this run id (default: the latest run only)")
+def db_regressions(db_path: str, since: str | None) -> None:
+    """List regressions; exits 1 when there are any (a CI gate).
+
+    Example:
+
+        zoo-convert db regressions --db results.duckdb --since nightly-2026-01-01
+    """
+    from .store import ResultStore
+    from .store.queries import format_table, regressions
+
+    columns, rows = regressions(ResultStore(db_path, read_only=True), since)
+    if not rows:
+        click.echo("no regressions")
+        return
+    click.echo(format_table(columns, rows))
+    sys.exit(1)
+
+
+@db.command("query")
+@_DB_OPTION
+@click.argument("sql")
+def db_query(db_path: str, sql: str) -> None:
+    """Run one SQL statement against the database.
+
+    Example:
+
+        zoo-convert db query "SELECT * FROM compat_matrix WHERE pass_rate < 1"
+    """
+    from .store import ResultStore
+    from .store.queries import format_table, query
+
+    columns, rows = query(ResultStore(db_path, read_only=True), sql)
+    if columns:
+        click.echo(format_table(columns, rows))
+
+
+@db.command("export")
+@_DB_OPTION
+@click.argument("out_dir", type=click.Path(file_okay=False))
+def db_export(db_path: str, out_dir: str) -> None:
+    """Write every table and view as Parquet files into OUT_DIR.
+
+    Example:
+
+        zoo-convert db export --db results.duckdb build/parquet
+    """
+    from .store import ResultStore
+    from .store.queries import export_parquet
+
+    for path in export_parquet(ResultStore(db_path, read_only=True), out_dir):
+        click.echo(path)
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="folder for the site")
+@click.option("--serve", "serve_it", is_flag=True, help="serve the site on 127.0.0.1 after building it")
+@click.option("--port", type=int, default=8000, show_default=True)
+def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
+    """Build the static, offline dashboard of a results database.
+
+    Example:
+
+        zoo-convert dashboard --db results.duckdb --out dashboards/site --serve
+    """
+    from .dashboard import build_site, serve
+
+    index = build_site(db_path, out_dir)
+    click.echo(f"wrote {index}")
+    if serve_it:
+        server = serve(out_dir, port=port)
+        click.echo(f"serving http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            server.server_close()
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=True), required=True, help="the results database")
+@click.option("--run", default="latest", show_default=True, help="run id to publish, or 'latest'")
+@click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
+@click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
+              help="repo id pattern; fields: namespace, name, model_type, exporter, opset")
+@click.option("--endpoint", envvar="HF_ENDPOINT", help="Hub URL (default: $HF_ENDPOINT, else huggingface.co)")
+@click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
+@click.option("--private", is_flag=True, help="create new repos private")
+@click.option("--include-failed", is_flag=True, help="also publish models whose verification failed")
+def publish(
+    db_path: str,
+    run: str,
+    namespace: str,
+    repo_template: str,
+    endpoint: str | None,
+    dry_run: bool,
+    private: bool,
+    include_failed: bool,
+) -> None:
+    """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
+
+    The token comes from $HF_TOKEN or `huggingface-cli login`.
+
+    Example:
+
+        zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
+    """
+    from huggingface_hub import get_token
+
+    from .errors import UsageError
+    from .stages.publish import FAILED, PublishOptions, publish_run
+    from .store import ResultStore
+
+    token = get_token()
+    if token is None and not dry_run:
+        raise UsageError("no Hub token: set HF_TOKEN or run `huggingface-cli login`")
+    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint,
+                             private=private, dry_run=dry_run, include_failed=include_failed)
+    pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+    for p in pubs:
+        click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
+                   f"{p.message or p.commit_url or ''}")
+    click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
+    sys.exit(1 if any(p.status == FAILED for p in pubs) else 0)
+
+
+@cli.command()
+@click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
+@click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
+@click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+@click.option("--max-in-flight", type=int, help="jobs submitted at once (default: twice the cluster's CPUs)")
+@click.option("--force", is_flag=True, help="rerun every job, even those with a result")
+@click.option("--retry-failed", is_flag=True, help="rerun jobs whose latest result failed")
+@click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
+@click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
+def run(
+    manifest_path: str,
+    db_path: str,
+    out_dir: str,
+    address: str | None,
+    num_cpus: int | None,
+    max_in_flight: int | None,
+    force: bool,
+    retry_failed: bool,
+    max_attempts: int,
+    timeout_s: float,
+    offline: bool,
+) -> None:
+    """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
+
+    Jobs already answered in the DB (same checkpoint, settings and toolchain) are
+    skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
+    completed, whatever the models did.
+
+    Example:
+
+        zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
+    """
+    from .farm import FarmOptions, run_farm
+
+    settings = Settings(out_dir=str(Path(out_dir).resolve()), timeout_s=timeout_s, offline=offline)
+    options = FarmOptions(
+        address=address,
+        num_cpus=num_cpus,
+        max_in_flight=max_in_flight,
+        force=force,
+        retry_failed=retry_failed,
+        max_attempts=max_attempts,
+    )
+    run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
+
+
+@cli.group()
+def manifest() -> None:
+    """Check and build Parquet manifests."""
+
+
+@manifest.command("validate")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+def manifest_validate(path: str) -> None:
+    """Print every bad row with its number and reason; exit 1 if there is any.
+
+    Example:
+
+        zoo-convert manifest validate manifests/hub_examples.parquet
+    """
+    from .manifest import read_manifest
+
+    m = read_manifest(path)
+    for warning in m.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for problem in m.problems:
+        click.echo(str(problem))
+    click.echo(f"{m.rows} rows, {len(m.entries)} jobs, {len(m.problems)} problems", err=True)
+    sys.exit(1 if m.problems else 0)
+
+
+@manifest.command("from-csv")
+@click.argument("csv_path", metavar="CSV", type=click.Path(dir_okay=False, exists=True))
+@click.argument("out_path", metavar="OUT", type=click.Path(dir_okay=False))
+def manifest_from_csv(csv_path: str, out_path: str) -> None:
+    """Build a manifest of hub ids from a CSV of model_id, task, library.
+
+    Example:
+
+        zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
+    """
+    from .manifest import manifest_from_csv as build
+
+    written, dropped = build(csv_path, out_path)
+    for reason in dropped:
+        click.echo(f"dropped {reason}", err=True)
+    click.echo(f"wrote {written} rows to {out_path} ({len(dropped)} dropped)")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="zoo-convert")

@@ -1,0 +1,85 @@
+"""DuckDB -> a static, offline dashboard: ``index.html`` plus drill-down chunks under ``details/``.
+
+The page's CSS, JS and data are inlined into ``index.html``; a model's
+drill-down is a ``details/chunk-N.js`` script loaded on demand (a script tag
+works from ``file://`` too, where fetch() of a local file does not).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import math
+import shutil
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..store import ResultStore
+from .data import collect
+
+ASSETS = Path(__file__).with_name("assets")
+CHUNK = 200
+DETAIL_KEYS = {"detail_variants": "variants", "detail_outputs": "outputs", "detail_census": "census",
+               "detail_stages": "stages"}
+
+
+def build_site(db: str | Path, out_dir: str | Path, *, timer: Callable[[str, float], None] | None = None) -> Path:
+    """Write the dashboard for ``db`` into ``out_dir``; returns the index.html path."""
+    store = ResultStore(db, read_only=True)
+    with store.connect() as con:
+        data = collect(con, timer)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "details", ignore_errors=True)
+    (out / "details").mkdir()
+    details = _split_details(data)
+    for chunk, models in details.items():
+        (out / "details" / f"chunk-{chunk}.js").write_text(f"ZOO.details({_js(models)});\n")
+    data["generated_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    data["chunk"] = CHUNK
+    page = (ASSETS / "page.html").read_text()
+    page = page.replace("/*CSS*/", (ASSETS / "dashboard.css").read_text())
+    page = page.replace("/*DATA*/", "const DATA = " + _js(data) + ";")
+    page = page.replace("/*JS*/", (ASSETS / "dashboard.js").read_text())
+    index = out / "index.html"
+    index.write_text(page)
+    return index
+
+
+def serve(out_dir: str | Path, *, port: int = 8000) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 for the built site (call serve_forever on it)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out_dir))
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+
+
+def _split_details(data: dict[str, Any]) -> dict[int, dict[int, dict[str, Any]]]:
+    """Move the detail rows out of ``data`` into {chunk: {model id: {variants, outputs, census, stages}}}."""
+    chunks: dict[int, dict[int, dict[str, Any]]] = {}
+    for query, key in DETAIL_KEYS.items():
+        for row in data.pop(query):
+            model_id = row.pop("id")
+            model = chunks.setdefault(model_id // CHUNK, {}).setdefault(model_id, {})
+            if key in ("census", "stages"):
+                model[key] = row["ops"] if key == "census" else row
+            else:
+                model.setdefault(key, []).append(row)
+    return chunks
+
+
+def _js(obj: Any) -> str:
+    """A JS literal; '</' is escaped so embedded text cannot close the script tag."""
+    return json.dumps(_clean(obj), default=str, separators=(",", ":")).replace("</", "<\\/")
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no inf/nan: they become null, and floats lose digits nobody reads."""
+    if isinstance(obj, float):
+        return float(f"{obj:.6g}") if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
