@@ -51,7 +51,7 @@ class Component:
         name: the file stem under onnx/ (``model`` -> onnx/model.onnx).
         path: the fp32 .onnx file as exported.
         onnx_config: optimum's OnnxConfig for this component (input/output names,
-            dynamic axes, dummy input generators); None for the torch exporter.
+            dynamic axes, dummy input generators); both exporters set it.
         torch_module: the PyTorch module (patched as for export) that this graph mirrors.
     """
 
@@ -72,6 +72,7 @@ class ExportedModel:
         opset / ir_version / node_count / op_census: facts read from the fp32 graph(s).
         files: relative path -> size in bytes of every file written under onnx/.
         details: exporter specifics worth recording.
+        cache: verify/benchmark memo (ORT sessions, inputs, PyTorch outputs); never recorded.
     """
 
     checkpoint: Checkpoint
@@ -83,6 +84,7 @@ class ExportedModel:
     op_census: dict[str, int]
     files: dict[str, int] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass

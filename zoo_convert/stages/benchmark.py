@@ -1,0 +1,93 @@
+"""Benchmark stage: ONNX Runtime and PyTorch eager latency on the same inputs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import BenchmarkError, ZooConvertError
+from ..records import Settings
+from . import Artifact, ExportedModel, Latency
+from .verify import cases, feed_for, ort_session, torch_threads
+
+BENCH_BATCH = 1
+BENCH_SEQUENCE = 128
+# One second of 16 kHz audio for raw-waveform models.
+BENCH_AUDIO_SAMPLES = 16000
+
+
+def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -> Latency:
+    """p50/p90 of one forward pass, batch 1, sequence 128 (vision: the processor's size).
+
+    One timed iteration runs every component once, in order, on the inputs
+    verify generates (memoized, so PyTorch and ORT see identical tensors):
+
+    * single-graph models: ``model``;
+    * decoders with past: one step of 128 new tokens over a 128-token cache
+      (clamped to the position table), the shape optimum validates with;
+    * encoder-decoders: the encoder on 128 tokens plus one decoder step over a
+      128-token cache (the cache branch of a merged decoder), i.e. the cost
+      of the first generated token after the prompt.
+
+    PyTorch runs eager under ``torch.inference_mode`` with the same thread count as ORT.
+    """
+    try:
+        steps = []
+        for comp in exported.components:
+            # The last case is the cache branch of a merged decoder, the only case otherwise.
+            case = cases(exported, comp, BENCH_BATCH, BENCH_SEQUENCE, settings, audio_samples=BENCH_AUDIO_SAMPLES)[-1]
+            session = ort_session(exported, artifact, comp, settings)
+            steps.append((comp, case, session, feed_for(session, case, comp)))
+
+        def run_ort() -> None:
+            for _, _, session, feed in steps:
+                session.run(None, feed)
+
+        ort_ms = _timings(run_ort, settings.bench_warmup, settings.bench_runs)
+        torch_ms = _torch_timings(steps, settings)
+    except ZooConvertError as exc:
+        raise BenchmarkError(exc.message) from exc
+    except Exception as exc:  # noqa: BLE001 - any runtime failure while timing is a benchmark error
+        raise BenchmarkError(f"{type(exc).__name__}: {exc}") from exc
+    return Latency(
+        ort_p50_ms=_pct(ort_ms, 50),
+        ort_p90_ms=_pct(ort_ms, 90),
+        torch_p50_ms=_pct(torch_ms, 50),
+        torch_p90_ms=_pct(torch_ms, 90),
+    )
+
+
+def _torch_timings(steps: list[tuple[Any, Any, Any, Any]], settings: Settings) -> list[float]:
+    """PyTorch eager over the same components, patched as for export (tuple caches in, same outputs).
+
+    Each component is patched only around its own call: the patchers of an
+    encoder and of the whole seq2seq model that contains it cannot be nested.
+    """
+    import torch
+
+    def run_torch() -> None:
+        for comp, case, _, _ in steps:
+            with case.config.patch_model_for_export(comp.torch_module):
+                comp.torch_module(**case.torch_inputs)
+
+    with torch_threads(settings.threads), torch.inference_mode():
+        return _timings(run_torch, settings.bench_warmup, settings.bench_runs)
+
+
+def _timings(fn: Callable[[], None], warmup: int, runs: int) -> list[float]:
+    """Milliseconds of ``runs`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(1, runs)):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return times
+
+
+def _pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 4)

@@ -1,0 +1,312 @@
+"""Export stage: a checkpoint folder in, ONNX graphs under ``out_dir/onnx/`` out.
+
+Two exporters share one shape of result:
+
+* ``optimum``: optimum-onnx's own export path (submodel split, OnnxConfig,
+  decoder merging), so the layout is exactly what transformers.js and
+  ``ORTModel`` load: ``onnx/model.onnx``, or ``onnx/encoder_model.onnx`` +
+  ``onnx/decoder_model_merged.onnx`` for encoder-decoders.
+* ``torch``: ``torch.onnx.export(dynamo=True)`` of the whole model as one
+  ``onnx/model.onnx``, for single-graph (encoder-style) models.
+
+Both keep the loaded torch module and optimum's OnnxConfig on each
+:class:`Component`, so verify can regenerate inputs and run PyTorch without
+reloading the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExportError, FailureKind
+from ..records import ManifestEntry, Settings
+from . import Checkpoint, Component, ExportedModel
+
+log = logging.getLogger(__name__)
+
+# Files beside the weights that a runtime needs to preprocess inputs or generate.
+_SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+    "tokenizer.model",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "feature_extractor_config.json",
+    "image_processor_config.json",
+    "chat_template.jinja",
+)
+# Graphs optimum writes before merging them into decoder_model_merged.onnx.
+_UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+
+
+def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
+    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    onnx_dir = Path(out_dir) / "onnx"
+    if onnx_dir.exists():
+        shutil.rmtree(onnx_dir)
+    onnx_dir.mkdir(parents=True)
+    task = _resolve_task(ckpt, entry)
+    try:
+        if entry.exporter == "optimum":
+            components, details = _export_optimum(ckpt, task, entry.opset, onnx_dir)
+        elif entry.exporter == "torch":
+            components, details = _export_torch(ckpt, task, entry.opset, onnx_dir)
+        else:
+            raise ExportError(f"unknown exporter {entry.exporter!r}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    except ExportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
+        raise ExportError(f"{type(exc).__name__}: {exc}") from exc
+    weights = _param_bytes(components)
+    if weights > settings.external_data_threshold:
+        for comp in components:
+            _externalize(comp.path)
+    _copy_side_files(ckpt.path, Path(out_dir))
+    return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
+
+
+def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
+    """The task to export; decoders get ``-with-past`` unless a task was asked for explicitly."""
+    import optimum.exporters.onnx.model_configs  # noqa: F401 - registers the ONNX configs with the TasksManager
+    from optimum.exporters.tasks import TasksManager
+
+    task = TasksManager.map_from_synonym(ckpt.task)
+    try:
+        supported = TasksManager.get_supported_tasks_for_model_type(ckpt.model_type, "onnx", library_name=ckpt.library)
+    except KeyError as exc:
+        raise ExportError(
+            f"optimum cannot export model_type {ckpt.model_type!r} (library {ckpt.library}) for task {task!r}: "
+            f"{exc.args[0] if exc.args else exc}",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        ) from exc
+    if task not in supported:
+        raise ExportError(
+            f"optimum cannot export model_type {ckpt.model_type!r} for task {task!r}; "
+            f"supported tasks: {', '.join(supported)}",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    if entry.task is None and not task.endswith("-with-past") and f"{task}-with-past" in supported:
+        task = f"{task}-with-past"
+    return task
+
+
+def _load_model(ckpt: Checkpoint, task: str) -> Any:
+    """Load the torch model the way optimum's main_export does (fp32, eval, cache per task)."""
+    import torch
+    from optimum.exporters.tasks import TasksManager
+
+    model = TasksManager.get_model_from_task(
+        task,
+        str(ckpt.path),
+        framework="pt",
+        torch_dtype=torch.float32,
+        device="cpu",
+        library_name=ckpt.library,
+        trust_remote_code=ckpt.trust_remote_code,
+        local_files_only=True,
+    )
+    model.eval()
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "use_cache"):
+        config.use_cache = task.endswith("-with-past")
+    if config is not None and task == "text-classification" and getattr(config, "pad_token_id", None) is None:
+        # optimum needs a pad id to pick the last token; the tokenizer's is the real one
+        config.pad_token_id = _tokenizer_pad_id(ckpt)
+    return model
+
+
+def _tokenizer_pad_id(ckpt: Checkpoint) -> int:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    if pad is None:
+        raise ExportError("text-classification export needs a pad_token_id and the tokenizer has none")
+    return pad
+
+
+def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
+    """optimum-onnx's submodel split, export and post-processing (decoder merge), keeping the configs.
+
+    This is the body of ``onnx_export_from_model`` minus config saving and
+    validation: calling the pieces directly is the only way to keep the
+    per-component OnnxConfig that post-processing has adjusted.
+    """
+    from optimum.exporters.onnx.convert import export_models
+    from optimum.exporters.onnx.utils import _get_submodels_and_onnx_configs
+    from optimum.exporters.tasks import TasksManager
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+    from optimum.utils.save_utils import maybe_load_preprocessors
+
+    model = _load_model(ckpt, task)
+    TasksManager.standardize_model_attributes(model)
+    preprocessors = maybe_load_preprocessors(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
+    main_config, models_and_configs = _get_submodels_and_onnx_configs(
+        model=model,
+        task=task,
+        monolith=False,
+        custom_onnx_configs={},
+        custom_architecture=False,
+        _variant="default",
+        library_name=ckpt.library,
+        preprocessors=preprocessors,
+    )
+    opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
+    subpaths = [f"{name}.onnx" for name in models_and_configs]
+    export_models(
+        models_and_onnx_configs=models_and_configs,
+        output_dir=onnx_dir,
+        opset=opset,
+        output_names=subpaths,
+        input_shapes=dict(DEFAULT_DUMMY_SHAPES),
+        device="cpu",
+        dtype="fp32",
+    )
+    models_and_configs, subpaths = main_config.post_process_exported_models(onnx_dir, models_and_configs, subpaths)
+    # The last (module, config) per file wins: for a merged decoder that is the
+    # with-past branch, and verify derives the no-past branch from it.
+    by_file: dict[str, tuple[Any, Any]] = {}
+    for (module, config), sub in zip(models_and_configs.values(), subpaths):
+        by_file[str(sub)] = (module, config)
+    if "decoder_model_merged.onnx" in by_file:
+        for name in _UNMERGED:
+            (onnx_dir / name).unlink(missing_ok=True)
+            (onnx_dir / f"{name}_data").unlink(missing_ok=True)
+    components = [
+        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module)
+        for sub, (module, config) in by_file.items()
+    ]
+    return components, {"exporter": "optimum", "opset_requested": opset}
+
+
+def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
+    """``torch.onnx.export(dynamo=True)`` of single-graph models, with optimum's inputs and axes."""
+    import torch
+    from optimum.exporters.tasks import TasksManager
+
+    if task.endswith("-with-past"):
+        raise ExportError(
+            f"the torch exporter handles single-graph models only; {ckpt.model_type} for task {task!r} "
+            "needs past key values (use exporter optimum)",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    model = _load_model(ckpt, task)
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ExportError(
+            f"the torch exporter does not split encoder-decoder models ({ckpt.model_type}); use exporter optimum",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    from optimum.utils.save_utils import maybe_load_preprocessors
+
+    constructor = TasksManager.get_exporter_config_constructor(
+        model=model, exporter="onnx", task=task, library_name=ckpt.library
+    )
+    config = constructor(model.config, preprocessors=maybe_load_preprocessors(str(ckpt.path)))
+    inputs = config.generate_dummy_inputs(framework="pt")
+    names = [n for n in config.inputs if n in inputs]
+    dims: dict[str, Any] = {}
+    dynamic_shapes = {
+        n: {axis: dims.setdefault(label, torch.export.Dim(label)) for axis, label in config.inputs[n].items()}
+        for n in names
+    }
+    path = onnx_dir / "model.onnx"
+    with torch.no_grad(), config.patch_model_for_export(model):
+        program = torch.onnx.export(
+            model,
+            (),
+            kwargs={n: inputs[n] for n in names},
+            dynamo=True,
+            input_names=names,
+            output_names=list(config.outputs),
+            dynamic_shapes=dynamic_shapes,
+            opset_version=opset,
+            external_data=False,
+        )
+    program.save(str(path), external_data=False)
+    return [Component(name="model", path=path, onnx_config=config, torch_module=model)], {"exporter": "torch"}
+
+
+def _param_bytes(components: list[Component]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for comp in components:
+        for p in comp.torch_module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel() * p.element_size()
+    return total
+
+
+def _externalize(path: Path) -> None:
+    """Move the graph's weights into ``<name>_data`` beside it (the layout ORT and transformers.js expect)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=True)
+    data = path.with_name(path.name + "_data")
+    data.unlink(missing_ok=True)
+    # size_threshold=1024 keeps small constants inline; some ops dislike external scalars.
+    onnx.save_model(
+        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name, size_threshold=1024
+    )
+
+
+def _copy_side_files(src: Path, out_dir: Path) -> None:
+    """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
+    for name in _SIDE_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, out_dir / name)
+
+
+def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:
+    """Read opset, IR version, node count and op census from the written graphs."""
+    import onnx
+
+    census: Counter[str] = Counter()
+    opset = ir_version = 0
+    for comp in components:
+        graph = onnx.load(str(comp.path), load_external_data=False)
+        ir_version = max(ir_version, graph.ir_version)
+        opset = max(opset, next((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), 0))
+        census.update(_op_types(graph.graph))
+    files = {
+        str(p.relative_to(out_dir)): p.stat().st_size for p in sorted((out_dir / "onnx").rglob("*")) if p.is_file()
+    }
+    return ExportedModel(
+        checkpoint=ckpt,
+        out_dir=out_dir,
+        components=components,
+        opset=opset,
+        ir_version=ir_version,
+        node_count=sum(census.values()),
+        op_census=dict(sorted(census.items())),
+        files=files,
+        details=details,
+    )
+
+
+def _op_types(graph: Any) -> Counter[str]:
+    """Op types of a graph including its If/Loop subgraphs (a merged decoder keeps both branches there)."""
+    counts: Counter[str] = Counter()
+    for node in graph.node:
+        counts[node.op_type] += 1
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                counts.update(_op_types(attr.g))
+            for sub in attr.graphs:
+                counts.update(_op_types(sub))
+    return counts
