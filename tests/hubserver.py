@@ -10,15 +10,17 @@ tests run the real client against it via ``endpoint=server.url``:
     POST /api/models/{repo}/paths-info/{rev}        get_paths_info
     POST /api/models/{repo}/preupload/{rev}         upload mode (regular / lfs) + remote oid per file
     POST /{repo}.git/info/lfs/objects/batch         LFS batch: upload + verify actions pointing back here
-    PUT  /lfs/objects/{oid}                         basic LFS transfer (checks the sha256)
-    POST /lfs/verify/{oid}                          LFS verify
+    PUT  /lfs/{repo}/objects/{oid}                  basic LFS transfer (checks the sha256)
+    POST /lfs/{repo}/verify/{oid}                   LFS verify
     POST /api/models/{repo}/commit/{rev}            the NDJSON commit (one atomic commit per call)
     POST /api/models/{repo}/tag/{rev}               create_tag
     HEAD/GET /{repo}/resolve/{rev}/{path}           hf_hub_download / snapshot_download
 
 Repos live in memory as real commits (a sha per commit, parent links, branches
-and tags), so a revision or sha resolves to exactly what it named. Only the
-LFS transfer is offered (never xet), so uploads and downloads are plain HTTP.
+and tags), so a revision or sha resolves to exactly what it named; LFS objects
+are stored per repo, as on the Hub. Only the basic LFS transfer is offered
+(never xet), so uploads and downloads are plain HTTP. ``seed_repo`` writes a
+folder as a commit directly, for test set-up.
 
 Fault injection: ``server.fail_next(r"/commit/", 429, times=1, retry_after=0.1)``
 answers the next matching request(s) with that status before touching state.
@@ -36,6 +38,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -113,6 +116,7 @@ class Repo:
     commits: dict[str, Commit] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    lfs: dict[str, bytes] = field(default_factory=dict)
 
     def resolve(self, rev: str) -> Commit | None:
         sha = self.refs.get(rev) or self.tags.get(rev) or rev
@@ -148,7 +152,6 @@ class HubServer:
     def __init__(self, token: str | None = None) -> None:
         self.token = token
         self.repos: dict[str, Repo] = {}
-        self.lfs_objects: dict[str, bytes] = {}
         self.log: list[tuple[str, str, int]] = []
         self._faults: list[_Fault] = []
         self._lock = threading.RLock()
@@ -189,6 +192,27 @@ class HubServer:
         """The history of a branch, newest first."""
         with self._lock:
             return self.repos[repo_id].history(rev)
+
+    def seed_repo(self, repo_id: str, folder: Path, *, tag: str | None = None, private: bool = False) -> str:
+        """Commit every file under ``folder`` to ``repo_id`` (created if missing) on main; returns the sha."""
+        with self._lock:
+            if repo_id not in self.repos:
+                self._create(repo_id, private)
+            repo = self.repos[repo_id]
+            parent = self._commit(repo, "main")
+            patterns = _lfs_patterns(DEFAULT_GITATTRIBUTES)
+            files = dict(parent.files)
+            for p in sorted(folder.rglob("*")):
+                if p.is_file():
+                    rel = p.relative_to(folder).as_posix()
+                    data = p.read_bytes()
+                    files[rel] = RepoFileEntry(data, lfs=_matches(rel, patterns) or b"\0" in data[:512])
+                    if files[rel].lfs:
+                        repo.lfs[files[rel].sha256] = data
+            commit = self._new_commit(repo, "main", parent, f"seed {folder.name}", files)
+            if tag:
+                repo.tags[tag] = commit.sha
+        return commit.sha
 
     # -- request handling (called from handler threads) ------------------------------------
 
@@ -242,11 +266,15 @@ class HubServer:
             if repo_id in self.repos:
                 raise _HttpError(409, "You already created this model repo", body={"error": "You already created "
                                  "this model repo", "url": url})
-            repo = Repo(repo_id=repo_id, private=bool(body.get("private")), created_at=_now())
-            self._new_commit(repo, "main", None, "initial commit",
-                             {".gitattributes": RepoFileEntry(DEFAULT_GITATTRIBUTES.encode(), lfs=False)})
-            self.repos[repo_id] = repo
+            self._create(repo_id, bool(body.get("private")))
         return {"url": url, "name": repo_id, "id": repo_id}
+
+    def _create(self, repo_id: str, private: bool) -> None:
+        """A new repo whose main holds the default .gitattributes, as the Hub makes it."""
+        repo = Repo(repo_id=repo_id, private=private, created_at=_now())
+        self._new_commit(repo, "main", None, "initial commit",
+                         {".gitattributes": RepoFileEntry(DEFAULT_GITATTRIBUTES.encode(), lfs=False)})
+        self.repos[repo_id] = repo
 
     def repo_info(self, repo_id: str, rev: str, params: dict, headers: Any) -> dict:
         with self._lock:
@@ -338,33 +366,34 @@ class HubServer:
     def lfs_batch(self, repo_id: str, body: dict, headers: Any) -> dict:
         self._require_write(headers)
         with self._lock:
-            self._repo(repo_id, headers)
+            repo = self._repo(repo_id, headers)
         if body.get("operation") != "upload":
             raise _HttpError(400, "only uploads are supported by this test server")
         objects = []
         for obj in body["objects"]:
             out: dict[str, Any] = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
             with self._lock:
-                present = obj["oid"] in self.lfs_objects
+                present = obj["oid"] in repo.lfs
             if not present:
                 out["actions"] = {
-                    "upload": {"href": f"{self.url}/lfs/objects/{obj['oid']}", "expires_at": "2099-01-01T00:00:00Z"},
-                    "verify": {"href": f"{self.url}/lfs/verify/{obj['oid']}", "header": {}},
+                    "upload": {"href": f"{self.url}/lfs/{repo_id}/objects/{obj['oid']}",
+                               "expires_at": "2099-01-01T00:00:00Z"},
+                    "verify": {"href": f"{self.url}/lfs/{repo_id}/verify/{obj['oid']}", "header": {}},
                 }
             objects.append(out)
         # Answer "basic" explicitly: the client must never switch to xet against this server.
         return {"transfer": "basic", "objects": objects, "hash_algo": "sha256"}
 
-    def lfs_put(self, oid: str, data: bytes) -> dict:
+    def lfs_put(self, repo_id: str, oid: str, data: bytes) -> dict:
         if hashlib.sha256(data).hexdigest() != oid:
             raise _HttpError(400, "sha256 of the uploaded content does not match the oid")
         with self._lock:
-            self.lfs_objects[oid] = data
+            self.repos[repo_id].lfs[oid] = data
         return {}
 
-    def lfs_verify(self, oid: str, body: dict) -> dict:
+    def lfs_verify(self, repo_id: str, oid: str, body: dict) -> dict:
         with self._lock:
-            data = self.lfs_objects.get(oid)
+            data = self.repos[repo_id].lfs.get(oid)
         if data is None or len(data) != body.get("size"):
             raise _HttpError(404, f"LFS object {oid} not found or wrong size")
         return {}
@@ -389,7 +418,7 @@ class HubServer:
                 if key == "file":
                     files[path] = RepoFileEntry(base64.b64decode(value["content"]), lfs=False)
                 elif key == "lfsFile":
-                    data = self.lfs_objects.get(value["oid"])
+                    data = repo.lfs.get(value["oid"])
                     if data is None:
                         raise _HttpError(422, f"LFS object {value['oid']} for {path} was never uploaded")
                     files[path] = RepoFileEntry(data, lfs=True)
@@ -511,10 +540,12 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             ]:
                 repo_id = f"{seg[0]}/{seg[1][: -len('.git')]}"
                 return self._json(hub.lfs_batch(repo_id, json.loads(body), h), "application/vnd.git-lfs+json")
-            if method == "PUT" and seg[:2] == ["lfs", "objects"] and len(seg) == 3:
-                return self._json(hub.lfs_put(seg[2], body))
-            if method == "POST" and seg[:2] == ["lfs", "verify"] and len(seg) == 3:
-                return self._json(hub.lfs_verify(seg[2], json.loads(body)))
+            if seg[0] == "lfs" and len(seg) == 5 and f"{seg[1]}/{seg[2]}" in hub.repos:
+                repo_id, action, oid = f"{seg[1]}/{seg[2]}", seg[3], seg[4]
+                if method == "PUT" and action == "objects":
+                    return self._json(hub.lfs_put(repo_id, oid, body))
+                if method == "POST" and action == "verify":
+                    return self._json(hub.lfs_verify(repo_id, oid, json.loads(body)))
             if method in ("GET", "HEAD") and len(seg) >= 5 and seg[2] == "resolve":
                 return self._file(method, f"{seg[0]}/{seg[1]}", seg[3], "/".join(seg[4:]))
             raise _HttpError(404, f"no route for {method} {path}")

@@ -1,0 +1,84 @@
+"""Hub ids are fetched through the real huggingface_hub client, at the asked revision, from a local Hub."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hubserver import HubServer
+from zoo_convert.errors import FailureKind, FetchError
+from zoo_convert.pipeline import convert_one
+from zoo_convert.records import ManifestEntry, Settings
+from zoo_convert.stages.fetch import fetch, resolve_revision
+
+TOKEN = "hf_fetchTestToken0123456789"
+REPO = "zoo/bert"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubServer, dict[str, str]]]:
+    """A private repo with two commits: v1 (tagged) and main, which changes config.json."""
+    from zoo_convert import zoo
+
+    src = tmp_path_factory.mktemp("src")
+    zoo.build(src, only=["bert"])
+    folder = src / "bert"
+    with HubServer(token=TOKEN) as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_TOKEN", TOKEN)
+        v1 = server.seed_repo(REPO, folder, tag="v1", private=True)
+        v2_folder = tmp_path_factory.mktemp("v2")
+        shutil.copytree(folder, v2_folder, dirs_exist_ok=True)
+        config = json.loads((v2_folder / "config.json").read_text())
+        (v2_folder / "config.json").write_text(json.dumps({**config, "zoo_revision": 2}))
+        main = server.seed_repo(REPO, v2_folder)
+        yield server, {"v1": v1, "main": main}
+
+
+def _settings(server: HubServer, tmp_path: Path) -> Settings:
+    return Settings(out_dir=str(tmp_path / "out"), hf_endpoint=server.url, hf_cache=str(tmp_path / "cache"),
+                    bench_warmup=1, bench_runs=2)
+
+
+def test_fetch_resolves_tag_and_default_branch(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
+    server, sha = hub
+    settings = _settings(server, tmp_path)
+    old = fetch(ManifestEntry(source=REPO, revision="v1"), settings)
+    new = fetch(ManifestEntry(source=REPO), settings)
+    assert old.resolved_revision == sha["v1"] != new.resolved_revision == sha["main"]
+    assert "zoo_revision" not in old.config and new.config["zoo_revision"] == 2
+    assert resolve_revision(ManifestEntry(source=REPO, revision="v1"), settings) == sha["v1"]
+    # A full sha pins exactly that commit, even after main moved on.
+    assert fetch(ManifestEntry(source=REPO, revision=sha["v1"]), settings).path == old.path
+    assert (old.path / "model.safetensors").is_file() and old.task == "fill-mask"
+
+
+def test_converted_result_records_the_commit_sha(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
+    server, sha = hub
+    result = convert_one(ManifestEntry(source=REPO, revision="v1", variants=("fp32",)), _settings(server, tmp_path))
+    assert result.passed, result.message
+    assert result.resolved_revision == sha["v1"]
+    assert sha["v1"][:12] in Path(result.artifacts_dir).name
+    assert server.requests("GET", rf"/{REPO}/resolve/{sha['v1']}/model.safetensors")
+
+
+def test_private_repo_without_token_is_not_found(
+    hub: tuple[HubServer, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, _ = hub
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))  # no stored login either
+    with pytest.raises(FetchError) as info:
+        fetch(ManifestEntry(source=REPO), _settings(server, tmp_path))
+    assert info.value.kind == FailureKind.FETCH_NOT_FOUND
+
+
+def test_server_errors_are_transient(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
+    server, _ = hub
+    server.fail_next(rf"^/api/models/{REPO}", 503, times=1)
+    with pytest.raises(FetchError) as info:
+        fetch(ManifestEntry(source=REPO), _settings(server, tmp_path))
+    assert info.value.kind == FailureKind.FETCH_TRANSIENT and info.value.kind.transient
