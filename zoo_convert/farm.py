@@ -119,10 +119,6 @@ def run_farm(
     report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped)
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
-    if plan.empty:
-        progress.finish(report)
-        return report
-
     started_ray = bool(plan.jobs) and not ray.is_initialized()
     if started_ray:
         _init_ray(options)

@@ -306,7 +306,9 @@ def write_manifest(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Write rows (dicts keyed by :data:`SCHEMA` column names; absent keys are null) as a manifest."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=SCHEMA)
+    # nullable: a writer may produce bad rows on purpose (tests); read_manifest reports them
+    schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
+    table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=schema)
     pq.write_table(table, path)
     return path
 

@@ -1,0 +1,106 @@
+"""Manifest validation: every bad row reported with its number and reason; valid rows expand into jobs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from zoo_convert.cli import cli
+from zoo_convert.manifest import MAX_OPSET, MIN_OPSET, TASKS, read_manifest, write_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def mixed(tmp_path: Path) -> Path:
+    """Two good rows (one local folder, one hub id) and one bad row per kind of problem."""
+    (tmp_path / "bert").mkdir()
+    rows = [
+        {"source": "bert", "task": "fill-mask", "opsets": [17, 18], "variants": ["fp32"]},  # 1 ok: 2 jobs
+        {"source": "org/model", "priority": 5},  # 2 ok
+        {"source": "../../etc"},  # 3 path escape
+        {"source": None},  # 4 missing source
+        {"source": "a--b"},  # 5 invalid repo id
+        {"source": "org/other", "opsets": [3]},  # 6 impossible opset
+        {"source": "./nowhere"},  # 7 missing local folder
+        {"source": "x/y", "task": "bogus-task", "variants": ["fp64"]},  # 8 two reasons
+        {"source": "org/model", "priority": 1},  # 9 duplicate of row 2
+        {"source": "org/m2", "timeout_s": -1.0, "exporter": "tf"},  # 10
+    ]
+    return write_manifest(rows, tmp_path / "m.parquet")
+
+
+def test_every_bad_row_is_reported_with_its_number(mixed: Path) -> None:
+    m = read_manifest(mixed)
+    reasons = {p.row: p.reason for p in m.problems}
+    assert sorted(reasons) == [3, 4, 5, 6, 7, 8, 9, 10]
+    assert "'..'" in reasons[3]
+    assert reasons[4] == "missing source"
+    assert "invalid repo id 'a--b'" in reasons[5]
+    assert "impossible opset" in reasons[6] and "[3]" in reasons[6]
+    assert "not found" in reasons[7]
+    assert "unknown task 'bogus-task'" in reasons[8] and "unknown variant" in reasons[8]
+    assert "duplicate job" in reasons[9] and "row 2" in reasons[9]
+    assert "timeout_s" in reasons[10] and "unknown exporter 'tf'" in reasons[10]
+    assert m.bad_rows[5]["source"] == "a--b"
+
+
+def test_valid_rows_expand_per_opset_with_absolute_local_paths(mixed: Path) -> None:
+    m = read_manifest(mixed)
+    assert [(e.row, e.opset) for e in m.entries] == [(1, 17), (1, 18), (2, None)]
+    assert m.entries[0].source == str(mixed.parent / "bert") and m.entries[0].variants == ("fp32",)
+    assert m.entries[2].variants == ("fp32", "fp16", "int8") and m.entries[2].priority == 5
+
+
+def test_file_level_problems(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"task": ["fill-mask"], "opsets": ["17"]}), tmp_path / "a.parquet")
+    m = read_manifest(tmp_path / "a.parquet")
+    assert {p.column for p in m.file_problems} == {"source", "opsets"}
+    (tmp_path / "b.parquet").write_text("not parquet")
+    assert "cannot read Parquet" in str(read_manifest(tmp_path / "b.parquet").file_problems[0])
+    # int64 and large_string are accepted and cast
+    pq.write_table(pa.table({"source": pa.array(["org/a"], pa.large_string()), "priority": [3]}), tmp_path / "c.parquet")
+    assert read_manifest(tmp_path / "c.parquet").entries[0].priority == 3
+
+
+def test_validate_command_prints_every_problem_and_exits_1(mixed: Path) -> None:
+    res = CliRunner().invoke(cli, ["manifest", "validate", str(mixed)])
+    assert res.exit_code == 1
+    assert sum(line.startswith("row ") for line in res.output.splitlines()) == 8
+
+
+def test_bundled_hub_manifest_is_valid() -> None:
+    m = read_manifest(REPO / "manifests" / "hub_examples.parquet")
+    assert m.rows > 2500 and not m.problems
+
+
+def test_100k_rows_validate_under_two_seconds(tmp_path: Path) -> None:
+    n = 100_000
+    table = pa.table(
+        {
+            "source": [f"org/model-{i}" for i in range(n)],
+            "task": ["fill-mask"] * n,
+            "opsets": [[17]] * n,
+            "variants": [["fp32", "int8"]] * n,
+        }
+    )
+    pq.write_table(table, tmp_path / "big.parquet")
+    t0 = time.process_time()  # CPU time: the test machine is shared
+    m = read_manifest(tmp_path / "big.parquet")
+    assert time.process_time() - t0 < 2.0
+    assert len(m.entries) == n and not m.problems
+
+
+def test_static_tables_match_the_toolchain() -> None:
+    import onnx
+    from optimum.exporters.tasks import TasksManager
+    from torch.onnx import _constants
+
+    assert TASKS == set(TasksManager.get_all_tasks()) | set(TasksManager._SYNONYM_TASK_MAP)
+    assert (MIN_OPSET, MAX_OPSET) == (_constants.ONNX_MIN_OPSET, _constants.ONNX_MAX_OPSET)
+    assert MAX_OPSET <= onnx.defs.onnx_opset_version()
