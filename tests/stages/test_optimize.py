@@ -188,30 +188,52 @@ def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -
     assert _census(artifacts["int8"].files["model"])["ConvInteger"] > 0
 
 
-def test_encoder_decoder_per_component_and_fp16_failure_is_data(exports, tmp_path: Path) -> None:
+def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) -> None:
     exported = _exported(exports["t5"], tmp_path, ("encoder_model", "decoder_model_merged"))
+    plain = {c.name: exports["t5"] / "onnx" / f"{c.name}.onnx" for c in exported.components}
     artifacts = optimize(exported, VARIANTS, Settings())
     onnx_dir = tmp_path / "onnx"
-    assert artifacts["int8"].files == {
-        "encoder_model": onnx_dir / "encoder_model_quantized.onnx",
-        "decoder_model_merged": onnx_dir / "decoder_model_merged_quantized.onnx",
+    assert artifacts["fp16"].files == {
+        "encoder_model": onnx_dir / "encoder_model_fp16.onnx",
+        "decoder_model_merged": onnx_dir / "decoder_model_merged_fp16.onnx",
     }
+    assert artifacts["int8"].files["decoder_model_merged"] == onnx_dir / "decoder_model_merged_quantized.onnx"
     # The merged decoder's layers live inside If branches: int8 must reach them.
-    merged_q = artifacts["int8"].details["components"]["decoder_model_merged"]["quantized_ops"]
-    assert merged_q["MatMulInteger"] > 0
+    assert artifacts["int8"].details["components"]["decoder_model_merged"]["quantized_ops"]["MatMulInteger"] > 0
     fp32 = artifacts["fp32"].details["components"]
     assert fp32["encoder_model"]["method"] == "transformers_optimizer"
     assert fp32["decoder_model_merged"]["method"] == "ort_offline"
     assert "fused nothing" in fp32["decoder_model_merged"]["note"]
-    # ORT's float16 converter cannot keep fp32 IO across If branches: that variant is
-    # recorded as failed for the merged decoder, the rest still ships.
-    fp16 = artifacts["fp16"]
-    assert fp16.files == {"encoder_model": onnx_dir / "encoder_model_fp16.onnx"}
-    assert fp16.details["error"].startswith("fp16 of decoder_model_merged:")
-    assert fp16.details["failure_kind"] == "optimize_error"
-    for art in (artifacts["fp32"], artifacts["int8"]):
+    # ORT's converter cannot keep fp32 IO across If branches; the casts added instead must
+    # leave every output float32 and close to the plain export, in both branches.
+    assert artifacts["fp16"].details["components"]["decoder_model_merged"]["io"] == "casts added"
+    feeds = _feeds(plain["decoder_model_merged"], exported.checkpoint.config)
+    fp16 = ort.InferenceSession(str(artifacts["fp16"].files["decoder_model_merged"]), providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(str(plain["decoder_model_merged"]), providers=["CPUExecutionProvider"])
+    for use_cache in (True, False):
+        feeds["use_cache_branch"] = np.array([use_cache])
+        got, want = fp16.run(None, feeds), reference.run(None, feeds)
+        assert all(g.dtype == np.float32 for g in got)
+        assert _cosine(got[0], want[0]) > 0.999
+    for art in artifacts.values():
+        assert "error" not in art.details
         for path in art.files.values():
             ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_a_variant_that_cannot_be_made_is_data(tmp_path: Path, exports) -> None:
+    """A graph with nothing quantizable: int8 fails, fp32 and fp16 still ship."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch_size", 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch_size", 4])
+    bias = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "bias")
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Add", ["x", "bias"], ["y"])], "add", [x], [y], [bias])
+    exported = _exported(exports["bert"], tmp_path, model_type="no-such-type")
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), exported.components[0].path)
+    artifacts = optimize(exported, VARIANTS, Settings())
+    assert artifacts["int8"].files == {}
+    assert artifacts["int8"].details["error"] == "int8 of model: OptimizeError: quantize_dynamic quantized no operator"
+    assert artifacts["int8"].details["failure_kind"] == "optimize_error"
+    assert set(artifacts["fp32"].files) == set(artifacts["fp16"].files) == {"model"}
 
 
 def test_large_models_keep_weights_in_external_data(exports, tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ Per component, in this order (it matters):
          its fusers; else, or when it fused nothing, broke the graph or changed its
          outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
          writes hardware-specific layouts); else the plain export, unchanged.
-3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept.
+3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept; where
+         ORT's converter cannot keep them (outputs of If branches: merged decoders),
+         the plain export converted all-fp16 with Casts added at the graph boundary.
 4. the optimized fp32 graph replaces ``<component>.onnx``.
 
 Every candidate is written to a scratch folder and checked against the plain export
@@ -137,7 +139,7 @@ def _component(
         if "fp32" in variants:
             made["fp32"] = (optimized, fp32_details)
     if "fp16" in variants:
-        made["fp16"] = _guarded(lambda: _fp16(optimized, fp32_details["method"], work / "fp16.onnx", external))
+        made["fp16"] = _guarded(lambda: _fp16(optimized, plain, fp32_details["method"], work / "fp16.onnx", external))
 
     # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
     placed: dict[str, tuple[Path | None, dict[str, Any]]] = {}
@@ -255,17 +257,68 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
     return out
 
 
-def _fp16(source: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
+def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
-    import onnxruntime as ort
+    try:
+        _save(_to_fp16(source, keep_io_types=True), out, external)
+        _load(out)
+        return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types"}
+    except Exception as exc:  # noqa: BLE001 - retried below the way that works for If branches
+        first = _reason(exc)
+    # ORT's converter cannot keep fp32 IO when outputs come out of If branches (merged
+    # decoders), nor type ORT-optimized branches: convert the plain export all-fp16, then cast IO back.
+    model = _to_fp16(plain, keep_io_types=False)
+    _cast_io_to_fp32(model)
+    _save(model, out, external)
+    _load(out)
+    return out, {"source": "plain export", "io": "casts added", "note": f"keep_io_types failed: {first}"}
+
+
+def _to_fp16(source: Path, keep_io_types: bool) -> onnx.ModelProto:
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     model = OnnxModel(onnx.load(str(source)))
     # Symbolic shape inference types the contrib ops (Attention, SkipLayerNormalization) the fusers emit.
-    model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True)
-    _save(model.model, out, external)
-    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    return out, {"from_fp32": fp32_method, "keep_io_types": True}
+    model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=keep_io_types)
+    return model.model
+
+
+def _cast_io_to_fp32(model: onnx.ModelProto) -> None:
+    """Give an all-fp16 graph float32 inputs and outputs, casting at the boundary."""
+    graph = model.graph
+    fp16, fp32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    inputs = [i for i in graph.input if i.type.tensor_type.elem_type == fp16]
+    outputs = [o for o in graph.output if o.type.tensor_type.elem_type == fp16]
+    read = {i.name: i.name + "_fp16" for i in inputs}
+    produced = {o.name: o.name + "_fp16" for o in outputs}
+    renamed = {**read, **produced}
+    for node in graph.node:  # branches may reuse top-level output names locally: top level only
+        node.output[:] = [produced.get(n, n) for n in node.output]
+        node.input[:] = [produced.get(n, n) for n in node.input]
+    graphs = [graph]
+    while graphs:  # If/Loop branches read outer inputs directly, so they are renamed at every level
+        g = graphs.pop()
+        for node in g.node:
+            node.input[:] = [read.get(n, n) for n in node.input]
+            for attr in node.attribute:
+                graphs.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
+    kept = [vi for vi in graph.value_info if vi.name not in renamed]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    casts_in = [onnx.helper.make_node("Cast", [i.name], [renamed[i.name]], to=fp16) for i in inputs]
+    casts_out = [onnx.helper.make_node("Cast", [renamed[o.name]], [o.name], to=fp32) for o in outputs]
+    nodes = [*casts_in, *graph.node, *casts_out]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    for value in [*inputs, *outputs]:
+        value.type.tensor_type.elem_type = fp32
+
+
+def _load(path: Path) -> None:
+    """Fail now, not in verify, if ONNX Runtime's CPU kernels cannot run this graph."""
+    import onnxruntime as ort
+
+    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 def _heads_hidden(config: dict[str, Any]) -> tuple[int, int]:
