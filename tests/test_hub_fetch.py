@@ -20,13 +20,9 @@ REPO = "zoo/bert"
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubServer, dict[str, str]]]:
+def hub(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubServer, dict[str, str]]]:
     """A private repo with two commits: v1 (tagged) and main, which changes config.json."""
-    from zoo_convert import zoo
-
-    src = tmp_path_factory.mktemp("src")
-    zoo.build(src, only=["bert"])
-    folder = src / "bert"
+    folder = zoo_dir / "bert"
     with HubServer(token=TOKEN) as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_TOKEN", TOKEN)
         v1 = server.seed_repo(REPO, folder, tag="v1", private=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import PublishError, UsageError
-from ..records import PASSED, VARIANT_FILES
+from ..records import PASSED, VARIANT_FILES, VARIANTS
 from .fetch import is_local
 
 log = logging.getLogger(__name__)
@@ -319,6 +319,7 @@ def model_card(
     )
     in_repo = set(variants) if variants is not None else {v.variant for v in c.variants if v.status == PASSED}
     published = [v for v in c.variants if v.variant in in_repo]
+    dtypes = [JS_DTYPES[v.variant] for v in published if v.variant in JS_DTYPES] or ["fp32"]
     lines = [
         f"# {name}",
         "",
@@ -361,9 +362,8 @@ def model_card(
         "```js",
         "import { pipeline } from '@huggingface/transformers';",
         "",
-        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: "
-        + " | ".join(f"'{JS_DTYPES[v.variant]}'" for v in published if v.variant in JS_DTYPES)
-        + " });",
+        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});"
+        + (f"  // or {', '.join(repr(d) for d in dtypes[1:])}" if dtypes[1:] else ""),
         "```",
         "",
     ]
@@ -565,7 +565,7 @@ def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Cand
                 torch_p50_ms=r["torch_p50_ms"],
                 speedup=r["speedup"],
             )
-            for r in rows
+            for r in sorted(rows, key=lambda r: VARIANTS.index(r["variant"]) if r["variant"] in VARIANTS else 99)
             if r["variant"] is not None
         ),
         tolerances=tolerances,

@@ -1,0 +1,169 @@
+"""Publishing: a real conversion recorded in a real DB, pushed with the real huggingface_hub client to a local Hub.
+
+One hub-fetched tiny BERT is converted once (fp32 + int8, weights as external
+data) and recorded; the tests then publish it, download the published repo,
+load it with optimum's ORTModel and compare against PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hubserver import HubServer
+from zoo_convert.cli import cli
+from zoo_convert.pipeline import convert_one
+from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+from zoo_convert.stages.publish import (
+    PUBLISHED,
+    REFUSED,
+    UNCHANGED,
+    PublishOptions,
+    load_candidates,
+    publish_candidate,
+    publish_run,
+)
+from zoo_convert.store import ResultStore
+
+TOKEN = "hf_publishTestToken9876543210"
+SOURCE = "zoo/bert"
+RUN = "run-1"
+
+
+@dataclasses.dataclass
+class World:
+    server: HubServer
+    db: Path
+    settings: Settings
+    result: ConversionResult
+    source_dir: Path
+
+
+@pytest.fixture(scope="module")
+def world(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Local Hub holding the source checkpoint (with an MIT card), one conversion of it, one run in the DB."""
+    tmp = tmp_path_factory.mktemp("publish")
+    source_dir = tmp / "bert"
+    shutil.copytree(zoo_dir / "bert", source_dir)
+    (source_dir / "README.md").write_text("---\nlicense: mit\n---\n# tiny bert\n")
+    with HubServer(token=TOKEN) as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_TOKEN", TOKEN)
+        mp.setenv("HF_HOME", str(tmp / "hf_home"))
+        server.seed_repo(SOURCE, source_dir)
+        # external_data_threshold=0 puts the weights in model.onnx_data, which must travel with the graph.
+        settings = Settings(out_dir=str(tmp / "artifacts"), hf_endpoint=server.url, hf_cache=str(tmp / "cache"),
+                            bench_warmup=1, bench_runs=3, external_data_threshold=0)
+        result = convert_one(ManifestEntry(source=SOURCE, variants=("fp32", "int8")), settings)
+        assert result.passed, result.message
+        db = tmp / "results.duckdb"
+        store = ResultStore(db)
+        store.start_run(RUN, manifest="test", manifest_hash="-", versions=result.versions, resources={},
+                        settings=dataclasses.asdict(settings))
+        store.record(RUN, "zoo/bert:optimum:default", result)
+        store.finish_run(RUN)
+        yield World(server, db, settings, result, source_dir)
+
+
+def _options(server: HubServer, namespace: str = "acme", **kw: object) -> PublishOptions:
+    return PublishOptions(namespace=namespace, endpoint=server.url, backoff_s=0.01, **kw)  # type: ignore[arg-type]
+
+
+def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
+    import numpy as np
+    import torch
+    from huggingface_hub import ModelCard, snapshot_download
+    from optimum.onnxruntime import ORTModelForMaskedLM
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    (pub,) = publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
+    assert pub.status == PUBLISHED, pub.message
+    repo = "acme/bert-ONNX"
+    head = world.server.commits(repo)[0]
+    assert pub.repo_id == repo and pub.commit_sha == head.sha
+    assert pub.commit_url == f"{world.server.url}/{repo}/commit/{head.sha}"
+    assert {"onnx/model.onnx", "onnx/model.onnx_data", "onnx/model_quantized.onnx", "config.json",
+            "tokenizer.json", "README.md"} <= set(head.files)
+    assert "result.json" not in head.files and head.files["onnx/model.onnx_data"].lfs
+
+    local = Path(snapshot_download(repo, endpoint=world.server.url, token=TOKEN, cache_dir=tmp_path / "dl"))
+    card = ModelCard.load(local / "README.md")
+    assert card.data.base_model == SOURCE and card.data.license == "mit"
+    assert card.data.pipeline_tag == "fill-mask" and "onnx" in card.data.tags
+    assert 'ORTModelForMaskedLM.from_pretrained("acme/bert-ONNX", subfolder="onnx")' in card.text
+
+    tokenizer = AutoTokenizer.from_pretrained(local)
+    inputs = tokenizer(["the farm converts models", "hello"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = AutoModelForMaskedLM.from_pretrained(world.source_dir).eval()(**inputs).logits.numpy()
+    fp32 = ORTModelForMaskedLM.from_pretrained(local, subfolder="onnx")(**inputs).logits.numpy()
+    assert np.abs(fp32 - expected).max() <= world.settings.tolerances["fp32"].max_abs
+    int8 = ORTModelForMaskedLM.from_pretrained(local, subfolder="onnx", file_name="model_quantized.onnx")
+    got = int8(**inputs).logits.numpy().ravel()
+    cosine = float(got @ expected.ravel() / (np.linalg.norm(got) * np.linalg.norm(expected)))
+    assert cosine >= world.settings.tolerances["int8"].min_cosine
+
+    with ResultStore(world.db).connect() as con:
+        rows = con.execute("SELECT status, commit_sha, commit_url FROM publications WHERE repo_id = ?", [repo]).fetchall()
+    assert rows == [(PUBLISHED, head.sha, pub.commit_url)]
+
+
+def test_second_publish_uploads_nothing(world: World) -> None:
+    repo = "acme/bert-ONNX"
+    if repo not in world.server.repos:
+        publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
+    commits, seen = len(world.server.commits(repo)), len(world.server.log)
+    (pub,) = publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
+    assert pub.status == UNCHANGED and pub.uploaded_bytes == 0
+    assert pub.commit_sha == world.server.commits(repo)[0].sha
+    assert len(world.server.commits(repo)) == commits
+    writes = [r for r in world.server.log[seen:] if r[0] in ("PUT", "POST")]
+    assert [r for r in writes if r[1] != "/api/repos/create"] == []
+
+
+def test_429_and_500_are_survived_without_reuploading(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    repo = "flaky/bert-ONNX"
+    world.server.fail_next(r"^/api/models/flaky/bert-ONNX/preupload/", 500)
+    world.server.fail_next(r"^/api/models/flaky/bert-ONNX/commit/", 429, retry_after=0.05)
+    with caplog.at_level(logging.DEBUG):
+        (pub,) = publish_run(ResultStore(world.db), _options(world.server, "flaky"), token=TOKEN)
+    assert pub.status == PUBLISHED, pub.message
+    statuses = [s for _, path, s in world.server.log if path.startswith("/api/models/flaky/")]
+    assert 500 in statuses and 429 in statuses
+    assert len(world.server.commits(repo)) == 2  # the repo's initial commit + ours, nothing half-done
+    puts = [path for m, path, _ in world.server.log if m == "PUT" and path.startswith("/lfs/flaky/")]
+    assert puts and len(puts) == len(set(puts))  # the retried commit did not upload anything twice
+    assert "retrying" in caplog.text
+    # The token stays out of logs, the card and the DB.
+    assert TOKEN not in caplog.text
+    assert TOKEN.encode() not in world.server.commits(repo)[0].files["README.md"].content
+    assert all(TOKEN.encode() not in p.read_bytes() for p in world.db.parent.glob("results.duckdb*"))
+
+
+def test_failed_verification_is_refused(world: World) -> None:
+    (candidate,) = load_candidates(ResultStore(world.db), RUN)
+    failed = dataclasses.replace(candidate, job_status="failed")
+    seen = len(world.server.log)
+    pub = publish_candidate(None, failed, _options(world.server, "refused"), token=TOKEN)
+    assert pub.status == REFUSED and "--include-failed" in (pub.message or "")
+    assert len(world.server.log) == seen
+
+
+def test_cli_dry_run_then_publish(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    args = ["publish", "--db", str(world.db), "--namespace", "cli", "--endpoint", world.server.url]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "dry_run" in dry.output and "cli/bert-ONNX" not in world.server.repos
+    real = CliRunner().invoke(cli, [*args, "--private"])
+    assert real.exit_code == 0, real.output
+    assert "published" in real.output and world.server.repos["cli/bert-ONNX"].private
+    assert TOKEN not in dry.output + real.output
+    monkeypatch.delenv("HF_TOKEN")
+    assert CliRunner().invoke(cli, args).exit_code == 2
