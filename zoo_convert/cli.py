@@ -202,6 +202,53 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
             server.server_close()
 
 
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=True), required=True, help="the results database")
+@click.option("--run", default="latest", show_default=True, help="run id to publish, or 'latest'")
+@click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
+@click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
+              help="repo id pattern; fields: namespace, name, model_type, exporter, opset")
+@click.option("--endpoint", envvar="HF_ENDPOINT", help="Hub URL (default: $HF_ENDPOINT, else huggingface.co)")
+@click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
+@click.option("--private", is_flag=True, help="create new repos private")
+@click.option("--include-failed", is_flag=True, help="also publish models whose verification failed")
+def publish(
+    db_path: str,
+    run: str,
+    namespace: str,
+    repo_template: str,
+    endpoint: str | None,
+    dry_run: bool,
+    private: bool,
+    include_failed: bool,
+) -> None:
+    """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
+
+    The token comes from $HF_TOKEN or `huggingface-cli login`.
+
+    Example:
+
+        zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
+    """
+    from huggingface_hub import get_token
+
+    from .errors import UsageError
+    from .stages.publish import FAILED, PublishOptions, publish_run
+    from .store import ResultStore
+
+    token = get_token()
+    if token is None and not dry_run:
+        raise UsageError("no Hub token: set HF_TOKEN or run `huggingface-cli login`")
+    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint,
+                             private=private, dry_run=dry_run, include_failed=include_failed)
+    pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+    for p in pubs:
+        click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
+                   f"{p.message or p.commit_url or ''}")
+    click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
+    sys.exit(1 if any(p.status == FAILED for p in pubs) else 0)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="zoo-convert")
