@@ -222,18 +222,21 @@ def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) 
 
 
 def test_a_variant_that_cannot_be_made_is_data(tmp_path: Path, exports) -> None:
-    """A graph with nothing quantizable: int8 fails, fp32 and fp16 still ship."""
+    """A second graph with nothing quantizable: int8 fails whole, fp32 and fp16 still ship."""
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch_size", 4])
     y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch_size", 4])
     bias = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "bias")
     graph = onnx.helper.make_graph([onnx.helper.make_node("Add", ["x", "bias"], ["y"])], "add", [x], [y], [bias])
-    exported = _exported(exports["bert"], tmp_path, model_type="no-such-type")
-    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), exported.components[0].path)
+    exported = _exported(exports["bert"], tmp_path)
+    head = tmp_path / "onnx" / "head.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), head)
+    exported.components.append(Component(name="head", path=head))
     artifacts = optimize(exported, VARIANTS, Settings())
     assert artifacts["int8"].files == {}
-    assert artifacts["int8"].details["error"] == "int8 of model: OptimizeError: quantize_dynamic quantized no operator"
+    assert artifacts["int8"].details["error"] == "int8 of head: OptimizeError: quantize_dynamic quantized no operator"
     assert artifacts["int8"].details["failure_kind"] == "optimize_error"
-    assert set(artifacts["fp32"].files) == set(artifacts["fp16"].files) == {"model"}
+    assert not (tmp_path / "onnx" / "model_quantized.onnx").exists()  # no half-made variant left behind
+    assert set(artifacts["fp32"].files) == set(artifacts["fp16"].files) == {"model", "head"}
 
 
 def test_large_models_keep_weights_in_external_data(exports, tmp_path: Path) -> None:

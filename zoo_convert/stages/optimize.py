@@ -112,8 +112,18 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
                 else:
                     art.files[component.name] = path
     for art in artifacts.values():
+        if "error" in art.details:
+            _discard(art)
         _summarize(art)
     return artifacts
+
+
+def _discard(art: Artifact) -> None:
+    """Remove a failed variant's other components: half a variant would only mislead a loader."""
+    for path in art.files.values():
+        path.with_name(path.name + "_data").unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+    art.files.clear()
 
 
 def _component(
