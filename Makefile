@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= build/demo
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean chromium
 
 venv: $(VENV)/.installed
 
@@ -22,7 +22,13 @@ demo: venv
 	$(BIN)/zoo-convert run $(OUT)/zoo/manifest.parquet --db $(OUT)/results.duckdb --out $(OUT)/artifacts
 	$(BIN)/zoo-convert dashboard --db $(OUT)/results.duckdb --out $(OUT)/site
 
-test: venv
+# The dashboard tests drive Debian's headless chromium; a fresh CI machine has none.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+test: venv chromium
 	$(BIN)/python -m pytest
 
 clean:

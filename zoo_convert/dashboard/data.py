@@ -84,8 +84,8 @@ QUERIES: dict[str, str] = {
     """,
     "runs": """
         SELECT run_id, runs.run_seq, strftime(runs.started_at, '%Y-%m-%d %H:%M') AS started_at, runs.status,
-            count(DISTINCT r.job_key) AS jobs,
-            count(DISTINCT r.job_key) FILTER (WHERE r.job_status = 'passed') AS passed
+            count(DISTINCT r.job_seq) AS jobs,
+            count(DISTINCT r.job_seq) FILTER (WHERE r.job_status = 'passed') AS passed
         FROM runs LEFT JOIN results r USING (run_id)
         GROUP BY ALL ORDER BY run_seq
     """,
