@@ -53,7 +53,10 @@ def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
         with run.stage("optimize") as details:
             artifacts = optimize.optimize(exported, entry.variants, settings)
             details.update({v: a.details for v, a in artifacts.items()})
-        run.variants = [_verify_and_benchmark(run, exported, a, settings) for a in artifacts.values()]
+        run.variants = [
+            _unmade(a) if "error" in a.details else _verify_and_benchmark(run, exported, a, settings)
+            for a in artifacts.values()
+        ]
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
         run.fail(exc)
     return run.result(settings)
@@ -91,6 +94,17 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
     except Exception as exc:  # noqa: BLE001 - a variant's failure is data
         kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL
         return replace(base, failure_kind=kind.value, message=_one_line(exc))
+
+
+def _unmade(artifact: Artifact) -> VariantResult:
+    """A variant the optimize stage could not build: recorded as failed, the others go on."""
+    return VariantResult(
+        variant=artifact.variant,
+        status=FAILED,
+        failure_kind=artifact.details["failure_kind"],
+        message=artifact.details["error"],
+        optimizer=artifact.details,
+    )
 
 
 def _worst(checks: tuple) -> dict:
@@ -161,7 +175,11 @@ class _Run:
         failure = dict(self.failure)
         if not failure and status == FAILED:
             bad = next(v for v in self.variants if v.status == FAILED)
-            failure = {"failure_kind": bad.failure_kind, "stage": "verify", "message": f"{bad.variant}: {bad.message}"}
+            failure = {
+                "failure_kind": bad.failure_kind,
+                "stage": FailureKind(bad.failure_kind).stage,
+                "message": f"{bad.variant}: {bad.message}",
+            }
         return ConversionResult(
             source=entry.source,
             status=status,
