@@ -21,6 +21,7 @@ the others are measured against, raises :class:`OptimizeError`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -289,7 +290,9 @@ def _to_fp16(source: Path, keep_io_types: bool) -> onnx.ModelProto:
 
     model = OnnxModel(onnx.load(str(source)))
     # Symbolic shape inference types the contrib ops (Attention, SkipLayerNormalization) the fusers emit.
-    model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=keep_io_types)
+    # When it gives up it dumps sym_shape_infer_temp.onnx (+ uuid .data files) into the cwd: keep that out of ours.
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+        model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=keep_io_types)
     return model.model
 
 
