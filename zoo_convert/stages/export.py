@@ -86,6 +86,10 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     from optimum.exporters.tasks import TasksManager
 
     task = TasksManager.map_from_synonym(ckpt.task)
+    if ckpt.library != "transformers":
+        # optimum keys other libraries by its own model types ("transformer" for
+        # sentence-transformers); as in main_export, their support shows at load time.
+        return task
     try:
         supported = TasksManager.get_supported_tasks_for_model_type(ckpt.model_type, "onnx", library_name=ckpt.library)
     except KeyError as exc:
@@ -173,7 +177,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         output_dir=onnx_dir,
         opset=opset,
         output_names=subpaths,
-        input_shapes=dict(DEFAULT_DUMMY_SHAPES),
+        input_shapes={**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)},
         device="cpu",
         dtype="fp32",
     )
@@ -239,6 +243,26 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         )
     program.save(str(path), external_data=False)
     return [Component(name="model", path=path, onnx_config=config, torch_module=model)], {"exporter": "torch"}
+
+
+def processor_shapes(folder: Path) -> dict[str, int]:
+    """Dummy-input shapes the checkpoint's processor config fixes (image size, mel frames and bins)."""
+    import json
+
+    path = Path(folder) / "preprocessor_config.json"
+    if not path.is_file():
+        return {}
+    conf = json.loads(path.read_text())
+    shapes = {k: conf[k] for k in ("nb_max_frames", "feature_size") if isinstance(conf.get(k), int)}
+    size = conf.get("crop_size") if conf.get("do_center_crop") else None
+    size = size or conf.get("size")
+    if isinstance(size, int):
+        shapes.update(height=size, width=size)
+    elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
+        shapes.update(height=size["height"], width=size["width"])
+    elif isinstance(size, dict) and isinstance(size.get("shortest_edge"), int):
+        shapes.update(height=size["shortest_edge"], width=size["shortest_edge"])
+    return shapes
 
 
 def _param_bytes(components: list[Component]) -> int:

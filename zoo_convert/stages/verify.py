@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import VerifyError
 from ..records import OutputCheck, Settings, Tolerance
 from . import Artifact, Component, ExportedModel, Verification
+from .export import processor_shapes
 
 # Fixed text, so every run and every variant sees the same tokens.
 SENTENCES = (
@@ -172,10 +173,13 @@ def _branches(config: Any) -> list[tuple[str, Any, tuple[str, ...]]]:
 def _clamp_sequence(config: Any, seq: int) -> int:
     """Keep sequence (+ an equally long past) within the model's position table."""
     model_config = getattr(config, "_config", None)
+    # Multimodal configs (CLIP, OWL-ViT) keep the text position table in text_config.
+    scopes = [model_config, getattr(model_config, "text_config", None)]
     limits = [
-        getattr(model_config, name)
+        getattr(scope, name)
+        for scope in scopes
         for name in ("n_positions", "max_position_embeddings", "max_target_positions")
-        if isinstance(getattr(model_config, name, None), int)
+        if isinstance(getattr(scope, name, None), int)
     ]
     if not limits:
         return seq
@@ -233,32 +237,9 @@ def _seed(seed: int) -> None:
 
 
 def _shape_kwargs(exported: ExportedModel, batch: int, seq: int, audio_samples: int) -> dict[str, int]:
-    """Dummy-generator shape arguments; vision size comes from the checkpoint's processor config."""
+    """Dummy-generator shape arguments; image size and mel frames come from the checkpoint's processor."""
     kwargs = {"batch_size": batch, "sequence_length": seq, "audio_sequence_length": audio_samples}
-    height, width = _processor_size(exported)
-    if height and width:
-        kwargs.update(height=height, width=width)
-    return kwargs
-
-
-def _processor_size(exported: ExportedModel) -> tuple[int | None, int | None]:
-    import json
-
-    path = Path(exported.checkpoint.path) / "preprocessor_config.json"
-    if not path.is_file():
-        return None, None
-    conf = json.loads(path.read_text())
-    size = conf.get("crop_size") if conf.get("do_center_crop") else None
-    size = size or conf.get("size")
-    if isinstance(size, int):
-        return size, size
-    if isinstance(size, dict):
-        if "height" in size and "width" in size:
-            return int(size["height"]), int(size["width"])
-        edge = size.get("shortest_edge")
-        if isinstance(edge, int):
-            return edge, edge
-    return None, None
+    return {**kwargs, **processor_shapes(exported.checkpoint.path)}
 
 
 def _use_real_text(exported: ExportedModel, config: Any, inputs: dict[str, Any]) -> None:

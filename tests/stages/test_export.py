@@ -1,0 +1,155 @@
+"""The export and check stages on real exports of tiny zoo checkpoints."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import onnx
+import pytest
+
+from zoo_convert.errors import CheckError, ExportError, FailureKind
+from zoo_convert.records import ManifestEntry, Settings
+from zoo_convert.stages import Artifact, ExportedModel
+from zoo_convert.stages.check import check
+from zoo_convert.stages.export import export
+from zoo_convert.stages.verify import verify
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _inputs(path: Path) -> set[str]:
+    return {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+
+
+def test_single_graph_layout_and_side_files(zoo_export) -> None:
+    ex = zoo_export("bert")
+    assert [c.name for c in ex.components] == ["model"]
+    assert ex.components[0].path == ex.out_dir / "onnx" / "model.onnx"
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (ex.out_dir / name).is_file(), name
+    assert not list((ex.out_dir / "onnx").glob("*.json")), "configs belong beside onnx/, not in it"
+    assert ex.components[0].onnx_config is not None and ex.components[0].torch_module is not None
+
+
+def test_decoder_is_exported_with_past(zoo_export) -> None:
+    ex = zoo_export("gpt2")
+    assert ex.details["task"] == "text-generation-with-past"
+    assert [c.name for c in ex.components] == ["model"]
+    assert {"input_ids", "attention_mask", "past_key_values.0.key", "past_key_values.0.value"} <= _inputs(
+        ex.components[0].path
+    )
+
+
+def test_encoder_decoder_layout_is_encoder_plus_merged_decoder(zoo_export) -> None:
+    ex = zoo_export("t5")
+    assert [c.name for c in ex.components] == ["encoder_model", "decoder_model_merged"]
+    assert sorted(ex.files) == ["onnx/decoder_model_merged.onnx", "onnx/encoder_model.onnx"]
+    assert "use_cache_branch" in _inputs(ex.components[1].path)
+    assert (ex.out_dir / "generation_config.json").is_file()
+
+
+def test_graph_facts_are_read_from_the_files(zoo_export) -> None:
+    ex = zoo_export("t5")
+    census: Counter[str] = Counter()
+    for comp in ex.components:
+        model = onnx.load(str(comp.path))
+        assert ex.opset == next(o.version for o in model.opset_import if o.domain == "")
+        census.update(n.op_type for n in model.graph.node)
+    # The merged decoder keeps its layers inside If branches: the census must count them.
+    assert census["If"] >= 1 and ex.op_census["MatMul"] > census["MatMul"]
+    assert ex.node_count == sum(ex.op_census.values())
+    assert ex.ir_version >= 8
+    assert ex.files == {str(p.relative_to(ex.out_dir)): p.stat().st_size for p in (ex.out_dir / "onnx").iterdir()}
+
+
+def test_vision_export_and_check(zoo_export) -> None:
+    ex = zoo_export("vit")
+    details = check(ex)
+    assert details["model"]["value_infos"] > 0
+    assert (ex.out_dir / "preprocessor_config.json").is_file()
+
+
+def test_check_counts_inferred_shapes_per_component(zoo_export) -> None:
+    details = check(zoo_export("t5"))
+    assert set(details) == {"encoder_model", "decoder_model_merged"}
+    assert all(d["value_infos"] > 0 for d in details.values())
+
+
+def test_check_names_the_broken_component(zoo_export, tmp_path: Path) -> None:
+    ex = zoo_export("bert")
+    model = onnx.load(str(ex.components[0].path))
+    model.graph.node[0].input[0] = "no_such_tensor"
+    broken = tmp_path / "model.onnx"
+    onnx.save(model, str(broken))
+    bad = ExportedModel(
+        checkpoint=ex.checkpoint,
+        out_dir=tmp_path,
+        components=[type(ex.components[0])(name="model", path=broken)],
+        opset=ex.opset,
+        ir_version=ex.ir_version,
+        node_count=ex.node_count,
+        op_census=ex.op_census,
+    )
+    with pytest.raises(CheckError) as err:
+        check(bad)
+    assert err.value.kind is FailureKind.CHECK_ERROR
+    assert "model" in err.value.message
+
+
+def test_explicit_opset_and_external_data(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    ckpt = checkpoint(zoo_dir / "bert", "feature-extraction")
+    ex = export(ckpt, ManifestEntry(source=str(ckpt.path), opset=17), Settings(external_data_threshold=0), tmp_path)
+    assert ex.opset == 17
+    assert (tmp_path / "onnx" / "model.onnx_data").is_file()
+    assert ex.files["onnx/model.onnx_data"] > ex.files["onnx/model.onnx"]
+    check(ex)  # path-based: resolves the external data
+
+
+def test_torch_dynamo_exporter_verifies(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    ckpt = checkpoint(zoo_dir / "bert", "feature-extraction")
+    ex = export(ckpt, ManifestEntry(source=str(ckpt.path), exporter="torch"), Settings(), tmp_path)
+    assert ex.details["exporter"] == "torch"
+    assert [c.name for c in ex.components] == ["model"]
+    check(ex)
+    result = verify(ex, Artifact("fp32", {"model": ex.components[0].path}), Settings())
+    assert result.passed, result.message
+    assert {c.shape for c in result.checks} == {"1x7", "3x19"}
+
+
+def test_torch_exporter_refuses_decoders_with_past(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    ckpt = checkpoint(zoo_dir / "gpt2", "text-generation")
+    with pytest.raises(ExportError) as err:
+        export(ckpt, ManifestEntry(source=str(ckpt.path), exporter="torch"), Settings(), tmp_path)
+    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
+
+
+def test_unsupported_task_is_export_unsupported(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    ckpt = checkpoint(zoo_dir / "vit", "text-generation")
+    with pytest.raises(ExportError) as err:
+        export(ckpt, ManifestEntry(source=str(ckpt.path), task="text-generation"), Settings(), tmp_path)
+    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
+    assert "'vit'" in err.value.message and "'text-generation'" in err.value.message
+
+
+def test_unknown_model_type_is_export_unsupported(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    src = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "bert", src)
+    ckpt = checkpoint(src, "feature-extraction")
+    ckpt = type(ckpt)(**{**ckpt.__dict__, "model_type": "no-such-arch"})
+    with pytest.raises(ExportError) as err:
+        export(ckpt, ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
+    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
+    assert "no-such-arch" in err.value.message
+
+
+def test_broken_weights_are_export_error(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    src = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "bert", src)
+    weights = src / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ExportError) as err:
+        export(checkpoint(src, "feature-extraction"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
+    assert err.value.kind is FailureKind.EXPORT_ERROR
+    assert err.value.message

@@ -1,0 +1,140 @@
+"""The verify and benchmark stages: ONNX Runtime against PyTorch on real exports."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from zoo_convert.errors import BenchmarkError, VerifyError
+from zoo_convert.records import ManifestEntry, Settings, Tolerance
+from zoo_convert.stages import Artifact, ExportedModel
+from zoo_convert.stages.benchmark import benchmark
+from zoo_convert.stages.export import export
+from zoo_convert.stages.verify import SENTENCES, cases, verify
+
+pytestmark = pytest.mark.timeout(300)
+
+SETTINGS = Settings()
+FAST_BENCH = Settings(bench_warmup=1, bench_runs=5)
+
+
+def fp32(ex: ExportedModel) -> Artifact:
+    """The exported graphs as the fp32 artifact."""
+    return Artifact("fp32", {c.name: c.path for c in ex.components})
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "vit"])
+def test_fp32_matches_pytorch_at_every_verify_shape(zoo_export, name: str) -> None:
+    ex = zoo_export(name)
+    result = verify(ex, fp32(ex), SETTINGS)
+    assert result.passed, result.message
+    assert result.message is None
+    assert max(c.max_abs for c in result.checks) <= 1e-4
+    assert min(c.cosine for c in result.checks) >= 0.9999
+    assert all(c.nan == 0 and c.inf == 0 for c in result.checks)
+    shapes = {c.shape.split("/")[0] for c in result.checks}
+    assert shapes == {"1x7", "3x19"}
+
+
+def test_decoder_checks_the_past_key_values(zoo_export) -> None:
+    ex = zoo_export("gpt2")
+    outputs = {c.output for c in verify(ex, fp32(ex), SETTINGS).checks}
+    assert {"logits", "present.0.key", "present.0.value"} <= outputs
+    case = cases(ex, ex.components[0], 3, 19, SETTINGS, audio_samples=0)[0]
+    assert case.feed["past_key_values.0.key"].shape[2] == 19, "verify must run with a populated cache"
+
+
+def test_merged_decoder_checks_both_branches(zoo_export) -> None:
+    ex = zoo_export("t5")
+    checks = verify(ex, fp32(ex), SETTINGS).checks
+    decoder_shapes = {c.shape for c in checks if c.output.startswith("decoder_model_merged/")}
+    assert decoder_shapes == {"1x7/no-cache", "1x7/cache", "3x19/no-cache", "3x19/cache"}
+    assert any(c.output == "encoder_model/last_hidden_state" for c in checks)
+
+
+def test_text_inputs_are_real_tokens(zoo_export) -> None:
+    from transformers import AutoTokenizer
+
+    ex = zoo_export("bert")
+    tokenizer = AutoTokenizer.from_pretrained(str(ex.checkpoint.path))
+    ids = cases(ex, ex.components[0], 1, 7, SETTINGS, audio_samples=0)[0].feed["input_ids"]
+    assert ids[0].tolist() == tokenizer(SENTENCES[0])["input_ids"][:7]
+
+
+def test_perturbed_graph_fails_with_numbers(zoo_export, tmp_path: Path) -> None:
+    ex = zoo_export("bert")
+    model = onnx.load(str(ex.components[0].path))
+    # Nudge the largest weight matrix: a plausible conversion bug, not a crash.
+    init = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    noise = np.random.default_rng(0).normal(0.0, 0.05, tuple(init.dims)).astype(np.float32)
+    weights = numpy_helper.to_array(init) + noise
+    init.CopyFrom(numpy_helper.from_array(weights, init.name))
+    bad = tmp_path / "model.onnx"
+    onnx.save(model, str(bad))
+
+    result = verify(ex, Artifact("fp32", {"model": bad}), SETTINGS)
+    assert not result.passed
+    worst = max(result.checks, key=lambda c: c.max_abs)
+    assert worst.max_abs > 1e-4 and not worst.passed
+    assert worst.mean_abs > 0 and worst.max_rel > 0
+    assert "last_hidden_state" in result.message and "tolerance 0.0001" in result.message
+
+
+def test_tolerance_decides(zoo_export) -> None:
+    ex = zoo_export("vit")
+    strict = Settings(tolerances={"fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)})
+    result = verify(ex, fp32(ex), strict)
+    assert not result.passed
+    assert "logits" in result.message and "min 1" in result.message
+    assert all(not c.passed for c in result.checks)
+
+
+def test_unloadable_graph_is_verify_error(zoo_export, tmp_path: Path) -> None:
+    ex = zoo_export("vit")
+    garbage = tmp_path / "model.onnx"
+    garbage.write_bytes(b"not an onnx graph")
+    with pytest.raises(VerifyError, match="cannot load"):
+        verify(ex, Artifact("fp32", {"model": garbage}), SETTINGS)
+    with pytest.raises(VerifyError, match="no graph for component"):
+        verify(ex, Artifact("fp32", {}), SETTINGS)
+
+
+def test_pytorch_forward_is_memoized_across_variants(zoo_export, tmp_path: Path) -> None:
+    ex = zoo_export("t5")
+    verify(ex, fp32(ex), SETTINGS)
+    before = {k: [id(c) for c in v] for k, v in ex.cache["cases"].items()}
+    copies = {}
+    for comp in ex.components:
+        copies[comp.name] = tmp_path / comp.path.name
+        shutil.copy(comp.path, copies[comp.name])
+    assert verify(ex, Artifact("fp16", copies), SETTINGS).passed
+    after = {k: [id(c) for c in v] for k, v in ex.cache["cases"].items()}
+    assert after == before
+
+
+@pytest.mark.parametrize("name", ["bert", "t5"])
+def test_benchmark_times_ort_and_torch(zoo_export, name: str) -> None:
+    ex = zoo_export(name)
+    lat = benchmark(ex, fp32(ex), FAST_BENCH)
+    assert 0 < lat.ort_p50_ms <= lat.ort_p90_ms
+    assert 0 < lat.torch_p50_ms <= lat.torch_p90_ms
+    assert lat.speedup > 0
+
+
+def test_benchmark_error_is_benchmark_error(zoo_export) -> None:
+    ex = zoo_export("bert")
+    with pytest.raises(BenchmarkError):
+        benchmark(ex, Artifact("fp32", {}), FAST_BENCH)
+
+
+def test_real_minilm_verifies_at_fp32(minilm_dir: Path, tmp_path: Path, checkpoint) -> None:
+    ckpt = checkpoint(minilm_dir, "feature-extraction")
+    ex = export(ckpt, ManifestEntry(source=str(minilm_dir)), SETTINGS, tmp_path)
+    result = verify(ex, fp32(ex), SETTINGS)
+    assert result.passed, result.message
+    assert max(c.max_abs for c in result.checks) <= 1e-4
