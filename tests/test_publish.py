@@ -1,8 +1,9 @@
-"""Publishing: a real conversion recorded in a real DB, pushed with the real huggingface_hub client to a local Hub.
+"""Publishing: a real farm run's DB, pushed with the real huggingface_hub client to a local Hub.
 
-One hub-fetched tiny BERT is converted once (fp32 + int8, weights as external
-data) and recorded; the tests then publish it, download the published repo,
-load it with optimum's ORTModel and compare against PyTorch.
+A farm run on a local Ray instance fetches a tiny BERT by hub id and tag from the
+local Hub, converts it once (fp32 + int8, weights as external data) and records
+it; the tests then publish it, download the published repo, load it with
+optimum's ORTModel and compare against PyTorch.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import pytest
 
 from hubserver import HubServer
 from zoo_convert.cli import cli
-from zoo_convert.pipeline import convert_one
-from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+from zoo_convert.farm import FarmOptions, run_farm
+from zoo_convert.manifest import write_manifest
+from zoo_convert.records import Settings
 from zoo_convert.stages.publish import (
     PUBLISHED,
     REFUSED,
@@ -32,7 +34,6 @@ from zoo_convert.store import ResultStore
 
 TOKEN = "hf_publishTestToken9876543210"
 SOURCE = "zoo/bert"
-RUN = "run-1"
 
 
 @dataclasses.dataclass
@@ -40,13 +41,13 @@ class World:
     server: HubServer
     db: Path
     settings: Settings
-    result: ConversionResult
+    run_id: str
     source_dir: Path
 
 
 @pytest.fixture(scope="module")
 def world(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    """Local Hub holding the source checkpoint (with an MIT card), one conversion of it, one run in the DB."""
+    """Local Hub holding the source checkpoint (MIT card, tag v1, then a newer main); one farm run of v1."""
     tmp = tmp_path_factory.mktemp("publish")
     source_dir = tmp / "bert"
     shutil.copytree(zoo_dir / "bert", source_dir)
@@ -54,19 +55,23 @@ def world(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[W
     with HubServer(token=TOKEN) as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_TOKEN", TOKEN)
         mp.setenv("HF_HOME", str(tmp / "hf_home"))
-        server.seed_repo(SOURCE, source_dir)
+        v1 = server.seed_repo(SOURCE, source_dir, tag="v1")
+        (tmp / "later").mkdir()
+        (tmp / "later" / "notes.txt").write_text("a newer commit the run must not pick up")
+        server.seed_repo(SOURCE, tmp / "later")
+        manifest = write_manifest([{"source": SOURCE, "revision": "v1", "variants": ["fp32", "int8"]}], tmp / "m.parquet")
         # external_data_threshold=0 puts the weights in model.onnx_data, which must travel with the graph.
         settings = Settings(out_dir=str(tmp / "artifacts"), hf_endpoint=server.url, hf_cache=str(tmp / "cache"),
                             bench_warmup=1, bench_runs=3, external_data_threshold=0)
-        result = convert_one(ManifestEntry(source=SOURCE, variants=("fp32", "int8")), settings)
-        assert result.passed, result.message
         db = tmp / "results.duckdb"
-        store = ResultStore(db)
-        store.start_run(RUN, manifest="test", manifest_hash="-", versions=result.versions, resources={},
-                        settings=dataclasses.asdict(settings))
-        store.record(RUN, "zoo/bert:optimum:default", result)
-        store.finish_run(RUN)
-        yield World(server, db, settings, result, source_dir)
+        report = run_farm(manifest, db_path=db, settings=settings, options=FarmOptions(num_cpus=1, max_attempts=1))
+        assert report.by_status == {"passed": 1}, report
+        with ResultStore(db).connect() as con:
+            ((revision, artifacts),) = con.execute("SELECT DISTINCT resolved_revision, artifacts_dir FROM results").fetchall()
+        assert revision == v1
+        # `zoo-convert convert` leaves its record beside the artifacts; it must not be published.
+        Path(artifacts, "result.json").write_text('{"traceback": "private"}')
+        yield World(server, db, settings, report.run_id, source_dir)
 
 
 def _options(server: HubServer, namespace: str = "acme", **kw: object) -> PublishOptions:
@@ -145,7 +150,7 @@ def test_429_and_500_are_survived_without_reuploading(world: World, caplog: pyte
 
 
 def test_failed_verification_is_refused(world: World) -> None:
-    (candidate,) = load_candidates(ResultStore(world.db), RUN)
+    (candidate,) = load_candidates(ResultStore(world.db), world.run_id)
     failed = dataclasses.replace(candidate, job_status="failed")
     seen = len(world.server.log)
     pub = publish_candidate(None, failed, _options(world.server, "refused"), token=TOKEN)
