@@ -27,6 +27,7 @@ def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
     """Fetch, export, check, optimize, verify and benchmark one checkpoint; never raises."""
     from .stages import check, export, fetch, optimize
 
+    _quiet_libraries()
     run = _Run(entry)
     try:
         with run.stage("fetch"):
@@ -206,6 +207,25 @@ def _status(entry: ManifestEntry, variants: list[VariantResult]) -> str:
     if "fp32" in by_name:
         return by_name["fp32"].status
     return PASSED if variants and all(v.status == PASSED for v in variants) else FAILED
+
+
+def _quiet_libraries() -> None:
+    """Silence the exporters' tracer chatter: what matters is recorded, and farm logs stay readable."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*TracerWarning.*")
+    for name in ("transformers", "optimum", "onnxruntime", "root", "torch.onnx", "onnxscript"):
+        logging.getLogger(name if name != "root" else None).setLevel(logging.ERROR)
+    try:
+        import torch.jit
+
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+    except (ImportError, AttributeError):
+        pass
 
 
 def _one_line(exc: BaseException) -> str:
