@@ -249,6 +249,98 @@ def publish(
     sys.exit(1 if any(p.status == FAILED for p in pubs) else 0)
 
 
+@cli.command()
+@click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
+@click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
+@click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+@click.option("--max-in-flight", type=int, help="jobs submitted at once (default: twice the cluster's CPUs)")
+@click.option("--force", is_flag=True, help="rerun every job, even those with a result")
+@click.option("--retry-failed", is_flag=True, help="rerun jobs whose latest result failed")
+@click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
+@click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
+def run(
+    manifest_path: str,
+    db_path: str,
+    out_dir: str,
+    address: str | None,
+    num_cpus: int | None,
+    max_in_flight: int | None,
+    force: bool,
+    retry_failed: bool,
+    max_attempts: int,
+    timeout_s: float,
+    offline: bool,
+) -> None:
+    """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
+
+    Jobs already answered in the DB (same checkpoint, settings and toolchain) are
+    skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
+    completed, whatever the models did.
+
+    Example:
+
+        zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
+    """
+    from .farm import FarmOptions, run_farm
+
+    settings = Settings(out_dir=str(Path(out_dir).resolve()), timeout_s=timeout_s, offline=offline)
+    options = FarmOptions(
+        address=address,
+        num_cpus=num_cpus,
+        max_in_flight=max_in_flight,
+        force=force,
+        retry_failed=retry_failed,
+        max_attempts=max_attempts,
+    )
+    run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
+
+
+@cli.group()
+def manifest() -> None:
+    """Check and build Parquet manifests."""
+
+
+@manifest.command("validate")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
+def manifest_validate(path: str) -> None:
+    """Print every bad row with its number and reason; exit 1 if there is any.
+
+    Example:
+
+        zoo-convert manifest validate manifests/hub_examples.parquet
+    """
+    from .manifest import read_manifest
+
+    m = read_manifest(path)
+    for warning in m.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for problem in m.problems:
+        click.echo(str(problem))
+    click.echo(f"{m.rows} rows, {len(m.entries)} jobs, {len(m.problems)} problems", err=True)
+    sys.exit(1 if m.problems else 0)
+
+
+@manifest.command("from-csv")
+@click.argument("csv_path", metavar="CSV", type=click.Path(dir_okay=False, exists=True))
+@click.argument("out_path", metavar="OUT", type=click.Path(dir_okay=False))
+def manifest_from_csv(csv_path: str, out_path: str) -> None:
+    """Build a manifest of hub ids from a CSV of model_id, task, library.
+
+    Example:
+
+        zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
+    """
+    from .manifest import manifest_from_csv as build
+
+    written, dropped = build(csv_path, out_path)
+    for reason in dropped:
+        click.echo(f"dropped {reason}", err=True)
+    click.echo(f"wrote {written} rows to {out_path} ({len(dropped)} dropped)")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="zoo-convert")
