@@ -26,11 +26,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import PublishError, UsageError
 from ..records import PASSED, VARIANT_FILES, VARIANTS
 from .fetch import is_local
+
+if TYPE_CHECKING:
+    from ..store import ResultStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -201,7 +204,7 @@ class _LocalFile:
     git_oid: str
 
 
-def publish_run(store: Any, options: PublishOptions, *, run: str = "latest", token: str | None = None) -> list[Publication]:
+def publish_run(store: ResultStore, options: PublishOptions, *, run: str = "latest", token: str | None = None) -> list[Publication]:
     """Publish every candidate of ``run`` (a run id or ``latest``); record each outcome unless dry-run."""
     from huggingface_hub import HfApi
 
@@ -227,7 +230,7 @@ def publish_run(store: Any, options: PublishOptions, *, run: str = "latest", tok
     return out
 
 
-def resolve_run(store: Any, run: str) -> str:
+def resolve_run(store: ResultStore, run: str) -> str:
     """``latest`` -> the newest run id; any other value must name a recorded run."""
     with store.connect() as con:
         if run == "latest":
@@ -240,7 +243,7 @@ def resolve_run(store: Any, run: str) -> str:
     return run
 
 
-def load_candidates(store: Any, run_id: str) -> list[Candidate]:
+def load_candidates(store: ResultStore, run_id: str) -> list[Candidate]:
     """Every job of a run with its variants, in the order the run recorded them."""
     with store.connect() as con:
         settings = con.execute("SELECT settings FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -409,14 +412,14 @@ def _publish(api: Any, c: Candidate, options: PublishOptions, base: Publication)
         stale = [p for p in remote if p.startswith("onnx/") and p not in local]
         if not changed and not stale and "README.md" in remote:
             return replace(base, status=UNCHANGED, commit_sha=head, commit_url=f"{hub}/{repo_id}/commit/{head}",
-                            files=n_files, message="the Hub already has these files")
-        license = _source_license(api, c, options)
-        card = model_card(c, repo_id, variants=variants, endpoint=options.endpoint, license=license).encode()
+                           files=n_files, message="the Hub already has these files")
+        source_license = _source_license(api, c, options)
+        card = model_card(c, repo_id, variants=variants, endpoint=options.endpoint, license=source_license).encode()
         sent = sum(local[p].size for p in changed) + len(card)
         if options.dry_run:
             return replace(base, status=DRY_RUN, commit_sha=head, files=n_files, uploaded_files=len(changed) + 1,
-                            uploaded_bytes=sent, message=f"would upload {len(changed)} file(s) + README.md"
-                            + (f" and delete {len(stale)}" if stale else "") + f" to {hub}/{repo_id}")
+                           uploaded_bytes=sent, message=f"would upload {len(changed)} file(s) + README.md"
+                           + (f" and delete {len(stale)}" if stale else "") + f" to {hub}/{repo_id}")
         ops: list[Any] = [CommitOperationAdd(p, str(local[p].path)) for p in changed]
         ops += [CommitOperationAdd("README.md", card), *(CommitOperationDelete(p) for p in stale)]
         message = f"zoo_convert: {c.source}@{(c.resolved_revision or '').split(':')[-1][:12]} ({c.exporter}, opset {c.opset})"
@@ -427,7 +430,7 @@ def _publish(api: Any, c: Candidate, options: PublishOptions, base: Publication)
                 continue
             raise
         return replace(base, status=PUBLISHED, commit_sha=sha, commit_url=f"{hub}/{repo_id}/commit/{sha}",
-                        files=n_files, uploaded_files=len(changed) + 1, uploaded_bytes=sent)
+                       files=n_files, uploaded_files=len(changed) + 1, uploaded_bytes=sent)
     raise PublishError(f"{repo_id} kept changing under us; gave up after 3 attempts")
 
 
@@ -471,33 +474,34 @@ def _source_license(api: Any, c: Candidate, options: PublishOptions) -> str | No
     """The source's license from its model card (hub id or local folder), then its config.json."""
     from huggingface_hub import ModelCard
 
+    found: Any = None
     try:
         if is_local(c.source):
             readme = Path(c.source, "README.md")
-            license = ModelCard.load(readme).data.license if readme.is_file() else None
+            found = ModelCard.load(readme).data.license if readme.is_file() else None
         else:
             info = _retry(lambda: api.model_info(c.source, revision=c.resolved_revision), options, f"read {c.source}")
-            license = info.card_data.license if info.card_data else None
+            found = info.card_data.license if info.card_data else None
     except Exception as exc:  # noqa: BLE001 - a missing license must not block publishing
         log.debug("no license for %s: %s", c.source, type(exc).__name__)
-        license = None
-    if license is None and c.artifacts_dir and Path(c.artifacts_dir, "config.json").is_file():
-        license = json.loads(Path(c.artifacts_dir, "config.json").read_text()).get("license")
-    return license if isinstance(license, str) else None
+    if found is None and c.artifacts_dir and Path(c.artifacts_dir, "config.json").is_file():
+        found = json.loads(Path(c.artifacts_dir, "config.json").read_text()).get("license")
+    return found if isinstance(found, str) else None
 
 
 def _retry(fn: Callable[[], T], options: PublishOptions, what: str) -> T:
     """Call ``fn``; after a 429, 5xx or connection error wait (Retry-After first) and call again."""
-    for attempt in range(options.max_retries + 1):
+    attempt = 0
+    while True:
         try:
             return fn()
         except Exception as exc:
             wait = _retry_wait(exc, attempt, options)
-            if wait is None or attempt == options.max_retries:
+            if wait is None or attempt >= options.max_retries:
                 raise
-            log.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _reason(exc), wait, attempt + 1, options.max_retries)
+            attempt += 1
+            log.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _reason(exc), wait, attempt, options.max_retries)
             time.sleep(wait)
-    raise AssertionError("unreachable")
 
 
 def _retry_wait(exc: BaseException, attempt: int, options: PublishOptions) -> float | None:
@@ -533,8 +537,13 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def _reason(exc: BaseException) -> str:
-    response = getattr(exc, "response", None) or getattr(exc.__cause__, "response", None)
-    return f"HTTP {response.status_code}" if response is not None else type(exc).__name__
+    seen: BaseException | None = exc
+    while seen is not None:
+        # A requests.Response is falsy for error statuses: compare with None, never rely on truthiness.
+        if getattr(seen, "response", None) is not None:
+            return f"HTTP {seen.response.status_code}"  # type: ignore[attr-defined]
+        seen = seen.__cause__
+    return type(exc).__name__
 
 
 def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Candidate:
