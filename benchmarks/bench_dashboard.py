@@ -42,6 +42,7 @@ SELECT
     printf('nightly-%02d', run + 1) AS run_id,
     printf('k%02d-%06d', run, model) AS job_key,
     run * $per_run + model + 1 AS job_seq,
+    CASE WHEN run > 0 THEN (run - 1) * $per_run + model + 1 END AS previous_job_seq,
     TIMESTAMP '2026-01-01 01:00' + INTERVAL (run) DAY AS recorded_at,
     printf('org%03d/model-%06d', model % 997, model) AS source,
     ['bert', 'roberta', 'gpt2', 'llama', 't5', 'bart', 'vit', 'whisper', 'clip', 'resnet',
@@ -74,6 +75,11 @@ UPDATE results SET
                      source, job_seq % 7, job_seq * 2654435761, job_seq % 1000),
     ort_p50_ms = NULL, speedup = NULL
 WHERE status = 'failed';
+
+UPDATE runs SET n_jobs = c.jobs, n_passed = c.passed, n_failed = c.jobs - c.passed
+FROM (SELECT run_id, count(DISTINCT job_seq) AS jobs, count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed') AS passed
+      FROM results GROUP BY run_id) c
+WHERE runs.run_id = c.run_id;
 
 INSERT INTO verification
 SELECT run_id, job_key, variant, o.name, s.shape, max_abs, max_rel, max_abs / 10, min_cosine, 0, 0, status = 'passed'

@@ -112,7 +112,14 @@ class ResultStore:
             if con.execute("SELECT 1 FROM results WHERE run_id = ? AND job_key = ? LIMIT 1", [run_id, job_key]).fetchone():
                 raise StoreError(f"job {job_key!r} is already recorded in run {run_id!r}")
             (seq,) = con.execute("SELECT coalesce(max(job_seq), 0) + 1 FROM results").fetchone()
+            (previous,) = con.execute(
+                "SELECT max(job_seq) FROM results WHERE source = ? AND revision IS NOT DISTINCT FROM ?"
+                " AND exporter IS NOT DISTINCT FROM ? AND opset_requested IS NOT DISTINCT FROM ?",
+                [result.source, result.revision, result.exporter, result.opset_requested],
+            ).fetchone()
             rows = result_rows(result, run_id=run_id, job_key=job_key, job_seq=seq, recorded_at=_utcnow())
+            for row in rows:
+                row["previous_job_seq"] = previous
             _insert(con, "results", rows)
             _insert(con, "verification", verification_rows(result, run_id=run_id, job_key=job_key))
             census = [{"run_id": run_id, "job_key": job_key, "op": op, "n": n} for op, n in result.op_census.items()]

@@ -18,8 +18,9 @@ Views (the model identity is source + revision + exporter + requested opset)::
     latest_results    every variant row of the latest recorded job per model
     result_cells      results with a pre-artifact failure counted failed in every variant
     compat_matrix     model type x opset x variant -> pass rate, over latest results
-    regressions       a cell that passed and now fails, max error grew tenfold,
-                      or ORT p50 latency 20% slower, vs the same cell's latest earlier result
+    regressions       a cell that passed and now fails, max error grew tenfold, or ORT p50
+                      latency 20% slower, vs the same variant of the model's previous job
+                      (``results.previous_job_seq``, set by the writer)
     failure_signatures latest failures grouped by normalised message
 """
 
@@ -257,6 +258,54 @@ WHERE regression IS NOT NULL;
 """
 
 
+# Regressions compare a job with its model's previous job. Windowing the whole
+# history for that cost 1-2 s at 1M rows on 2 busy cores; the writer now stores
+# each job's predecessor (``previous_job_seq``), so the view is one hash join.
+_PREDECESSORS = """
+ALTER TABLE results ADD COLUMN previous_job_seq BIGINT;
+
+UPDATE results SET previous_job_seq = p.previous_job_seq
+FROM (
+    SELECT job_seq, lag(job_seq) OVER (
+        PARTITION BY hash(source, revision, exporter, opset_requested) ORDER BY job_seq) AS previous_job_seq
+    FROM (SELECT DISTINCT job_seq, source, revision, exporter, opset_requested FROM results)
+) p
+WHERE results.job_seq = p.job_seq;
+
+CREATE OR REPLACE VIEW result_cells AS
+SELECT r.* EXCLUDE (variant), coalesce(r.variant, v.variant) AS variant
+FROM results r
+LEFT JOIN (VALUES @VARIANTS@) v(variant) ON r.variant IS NULL
+WHERE r.failure_kind IS DISTINCT FROM 'manifest_error';
+
+CREATE OR REPLACE VIEW regressions AS
+WITH pairs AS (
+    SELECT c.*, runs.run_seq,
+        p.run_id AS previous_run_id, p.status AS previous_status,
+        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms
+    FROM result_cells c
+    JOIN runs USING (run_id)
+    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
+),
+found AS (
+    SELECT *, unnest([
+        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
+        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
+        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
+        CASE WHEN status = 'passed' AND previous_status = 'passed'
+             AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
+    ]) AS regression
+    FROM pairs
+)
+SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
+    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
+    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
+    failure_kind, stage, message, job_key
+FROM found
+WHERE regression IS NOT NULL;
+""".replace("@VARIANTS@", VARIANT_VALUES)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -271,6 +320,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
     Migration(4, "fast regressions", _FAST_REGRESSIONS),
+    Migration(5, "predecessors", _PREDECESSORS),
 )
 
 SCHEMA_MIGRATIONS = """
