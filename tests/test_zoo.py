@@ -1,0 +1,121 @@
+"""The bundled tiny zoo: breadth, determinism, size, loadability, and a few real exports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from zoo_convert import zoo
+from zoo_convert.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+# One per tokenizer algorithm, plus a vision and an audio model with processors.
+REBUILT = ("bert", "gpt2", "llama", "t5", "vit", "whisper")
+SMOKE_EXPORTS = ("bert", "gpt2", "t5", "vit", "whisper")
+AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_zoo_is_broad() -> None:
+    families = Counter(m.family for m in zoo.ZOO)
+    assert len(zoo.ZOO) >= 30
+    assert len({m.name for m in zoo.ZOO}) == len(zoo.ZOO)
+    assert {"encoder", "decoder", "encoder-decoder", "vision", "audio"} <= set(families)
+    assert all(n >= 3 for f, n in families.items() if f != "multimodal"), families
+    assert {m.task for m in zoo.ZOO if m.family == "decoder"} == {"text-generation-with-past"}
+
+
+def test_manifest_lists_every_model(zoo_dir: Path, zoo_manifest: Path) -> None:
+    from zoo_convert.manifest import SCHEMA, read_manifest
+
+    table = pq.read_table(zoo_manifest)
+    assert [(f.name, f.type) for f in table.schema] == [(f.name, f.type) for f in SCHEMA]
+    assert table.column("source").to_pylist() == [m.name for m in zoo.ZOO]
+    manifest = read_manifest(zoo_manifest)
+    assert not manifest.problems, manifest.problems
+    assert [Path(e.source) for e in manifest.entries] == [zoo_dir / m.name for m in zoo.ZOO]
+    assert all(e.task for e in manifest.entries)
+
+
+def test_repo_manifest_is_in_sync() -> None:
+    """manifests/zoo.parquet is regenerated with ``zoo.write_repo_manifest()`` when the zoo changes."""
+    committed = pq.read_table(REPO / "manifests" / "zoo.parquet")
+    assert committed.equals(zoo.manifest_table(zoo.ZOO, zoo.REPO_MANIFEST_PREFIX))
+
+
+def test_zoo_is_small(zoo_dir: Path) -> None:
+    total = sum(p.stat().st_size for p in zoo_dir.rglob("*") if p.is_file())
+    assert total < 50 * 1024**2
+    biggest = max(zoo.ZOO, key=lambda m: (zoo_dir / m.name / "model.safetensors").stat().st_size)
+    assert (zoo_dir / biggest.name / "model.safetensors").stat().st_size < 5 * 1024**2, biggest.name
+
+
+def test_cli_rebuild_is_byte_identical(zoo_dir: Path, tmp_path: Path) -> None:
+    """A fresh process builds the same bytes: seeds and tokenizer vocabularies do not drift."""
+    script = Path(sys.executable).with_name("zoo-convert")
+    cmd = [str(script), "zoo", "build", str(tmp_path), "--only", ",".join(REBUILT)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    for name in REBUILT:
+        assert _files(tmp_path / name) == _files(zoo_dir / name), name
+    assert pq.read_table(tmp_path / "manifest.parquet").column("source").to_pylist() == [m.name for m in zoo.select(REBUILT)]
+
+
+def test_unknown_name_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="nope"):
+        zoo.build(tmp_path, ["bert", "nope"])
+
+
+@pytest.mark.parametrize("name", [m.name for m in zoo.ZOO])
+def test_model_folder_loads(zoo_dir: Path, name: str) -> None:
+    from transformers import AutoConfig, AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer
+
+    spec = next(m for m in zoo.ZOO if m.name == name)
+    folder = zoo_dir / name
+    config = AutoConfig.from_pretrained(folder)
+    assert config.model_type == spec.model_type
+    assert (folder / "model.safetensors").is_file() and not (folder / "pytorch_model.bin").exists()
+    if spec.tokenizer is not None:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        assert type(tokenizer).__name__ == spec.tokenizer.cls
+        vocab_size = getattr(config, "text_config", config).vocab_size
+        assert len(tokenizer) == vocab_size
+        ids = tokenizer("The river runs quietly to the ocean.")["input_ids"]
+        assert 3 <= len(ids) and max(ids) < vocab_size
+        assert tokenizer.unk_token_id not in ids
+    if spec.processor in AUDIO_PROCESSORS:
+        extractor = AutoFeatureExtractor.from_pretrained(folder)
+        features = extractor(np.zeros(16000, dtype=np.float32), sampling_rate=16000, return_tensors="np")
+        assert features[extractor.model_input_names[0]].shape[0] == 1
+    elif spec.processor is not None:
+        size = zoo._image_size(config)
+        image = Image.new("RGB", (40, 40), color=(120, 30, 200))
+        pixels = AutoImageProcessor.from_pretrained(folder)(image, return_tensors="np")["pixel_values"]
+        assert pixels.shape[-2:] == (size, size)
+    if spec.sentence_transformers:
+        assert (folder / "modules.json").is_file()
+
+
+@pytest.mark.parametrize("name", SMOKE_EXPORTS)
+def test_optimum_exports_and_validates(zoo_dir: Path, tmp_path: Path, name: str) -> None:
+    from optimum.exporters.onnx import main_export
+
+    spec = next(m for m in zoo.ZOO if m.name == name)
+    main_export(
+        model_name_or_path=str(zoo_dir / name),
+        output=tmp_path,
+        task=spec.task,
+        library_name="transformers",
+        do_validation=True,
+    )
+    onnx_files = {p.name for p in tmp_path.glob("*.onnx")}
+    assert onnx_files & {"model.onnx", "decoder_model_merged.onnx"}, onnx_files
