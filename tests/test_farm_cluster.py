@@ -1,0 +1,70 @@
+"""Several Ray nodes on one machine; a worker node dies mid-run and every job still ends with one result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from zoo_convert.farm import FarmOptions, FarmReport, Progress, run_farm
+from zoo_convert.manifest import write_manifest
+from zoo_convert.records import ConversionResult, Settings
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    for _ in range(2):
+        c.add_node(num_cpus=1, num_gpus=1)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+class KillNodeAfterFirstResult(Progress):
+    """Removes a worker node (SIGKILL, no drain) as soon as the first result is recorded."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(live=False)
+        self.cluster = cluster
+        self.killed = False
+
+    def result(self, report: FarmReport, result: ConversionResult) -> None:
+        super().result(report, result)
+        if not self.killed:
+            self.cluster.remove_node(list(self.cluster.worker_nodes)[-1], allow_graceful=False)
+            self.killed = True
+
+
+def test_node_lost_mid_run(cluster: Cluster, zoo_dir: Path, tmp_path: Path) -> None:
+    names = ("bert", "vit", "resnet", "roberta")
+    rows = [{"source": str(zoo_dir / n), "variants": ["fp32"]} for n in names]
+    rows.append({"source": str(zoo_dir / "bert"), "task": "feature-extraction", "variants": ["fp32"], "gpu": True})
+    manifest = write_manifest(rows, tmp_path / "m.parquet")
+    db = tmp_path / "r.duckdb"
+    progress = KillNodeAfterFirstResult(cluster)
+    report = run_farm(
+        manifest,
+        db_path=db,
+        settings=Settings(out_dir=str(tmp_path / "out"), bench_warmup=0, bench_runs=2),
+        options=FarmOptions(address=cluster.address, backoff_s=0.1),
+        progress=progress,
+    )
+    assert progress.killed and report.recorded == len(rows)
+    assert report.retries >= 1  # the removed node was running a job
+    with duckdb.connect(str(db), read_only=True) as con:
+        jobs = con.execute(
+            "SELECT manifest_row, count(DISTINCT job_key), any_value(job_status), any_value(failure_kind),"
+            " any_value(attempts) FROM results GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        resources = con.execute("SELECT resources FROM runs").fetchone()[0]
+    assert [j[0] for j in jobs] == [1, 2, 3, 4, 5] and all(j[1] == 1 for j in jobs)
+    # lost workers are retried elsewhere, not recorded as failures
+    assert all(j[3] != "worker_lost" for j in jobs), jobs
+    assert all(j[2] == "passed" for j in jobs[:4]), jobs
+    assert '"GPU": 2.0' in resources
