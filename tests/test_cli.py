@@ -1,0 +1,68 @@
+"""The CLI as a user runs it: a subprocess of the installed console script."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from zoo_convert.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+EXE = str(Path(sys.executable).with_name("zoo-convert"))
+
+
+def _commands(group: click.Group, prefix: str = "") -> list[str]:
+    names = []
+    for name, cmd in group.commands.items():
+        full = f"{prefix}{name}"
+        names += _commands(cmd, full + " ") if isinstance(cmd, click.Group) else [full]
+    return names
+
+
+def test_every_command_is_documented_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [c for c in _commands(cli) if f"zoo-convert {c}" not in readme]
+    assert not missing, f"commands missing from README.md: {missing}"
+
+
+def test_every_command_has_an_example_in_its_help() -> None:
+    def leaves(group: click.Group) -> list[click.Command]:
+        out = []
+        for cmd in group.commands.values():
+            out += leaves(cmd) if isinstance(cmd, click.Group) else [cmd]
+        return out
+
+    missing = [c.name for c in leaves(cli) if "Example" not in (c.help or "")]
+    assert not missing, missing
+
+
+def test_convert_prints_a_summary_and_writes_the_record(minilm_dir: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [EXE, "convert", str(minilm_dir), "--out", str(tmp_path), "--variants", "fp32"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "PASSED" in proc.stdout and "fp32" in proc.stdout
+    record = json.loads(next(tmp_path.rglob("result.json")).read_text())
+    assert record["status"] == "passed" and record["variants"][0]["max_abs"] <= 1e-4
+
+
+def test_convert_failure_exits_1_with_json(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [EXE, "convert", str(tmp_path), "--out", str(tmp_path / "o"), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["failure_kind"] == "fetch_error" and "no config.json" in record["message"]
+
+
+def test_bad_usage_exits_2(tmp_path: Path) -> None:
+    proc = subprocess.run([EXE, "convert", str(tmp_path), "--out", str(tmp_path), "--variants", "fp64"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and re.search(r"unknown variant", proc.stderr)

@@ -1,0 +1,86 @@
+"""The per-model pipeline end to end on real checkpoints: the bundled zoo and the real MiniLM."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from zoo_convert.pipeline import convert_one
+from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+
+FAST = dict(bench_warmup=1, bench_runs=3)
+
+
+@pytest.fixture(scope="session")
+def zoo_results(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ConversionResult]:
+    """Every zoo model through the real pipeline, fp32 only (the variants are covered below)."""
+    settings = Settings(out_dir=str(tmp_path_factory.mktemp("zoo-onnx")), **FAST)
+    rows = pq.read_table(zoo_dir / "manifest.parquet").to_pylist()
+    return {
+        row["source"]: convert_one(
+            ManifestEntry(source=str(zoo_dir / row["source"]), task=row["task"], variants=("fp32",)), settings
+        )
+        for row in rows
+    }
+
+
+def test_every_zoo_model_ends_with_a_recorded_status(zoo_results: dict[str, ConversionResult]) -> None:
+    assert len(zoo_results) >= 30
+    for name, result in zoo_results.items():
+        assert result.status in ("passed", "failed"), name
+        if not result.passed:
+            assert result.failure_kind and result.message, f"{name}: failure without kind or message"
+            assert result.failure_kind != "internal", f"{name}: {result.traceback}"
+
+
+def test_at_least_90_percent_of_the_zoo_verifies_at_1e_4(zoo_results: dict[str, ConversionResult]) -> None:
+    passed = [n for n, r in zoo_results.items() if r.passed and r.variant("fp32").max_abs <= 1e-4]
+    failed = {n: f"{r.failure_kind}: {r.message}" for n, r in zoo_results.items() if n not in passed}
+    assert len(passed) / len(zoo_results) >= 0.9, failed
+
+
+def test_results_carry_the_facts_of_the_export(zoo_results: dict[str, ConversionResult]) -> None:
+    result = next(r for n, r in zoo_results.items() if r.passed and r.model_type == "bert")
+    assert result.opset and result.ir_version and result.node_count > 10
+    assert sum(result.op_census.values()) == result.node_count
+    fp32 = result.variant("fp32")
+    assert fp32.file == "onnx/model.onnx" and fp32.size_bytes > 0
+    assert {o.shape for o in fp32.outputs} >= {"1x7", "3x19"} or len({o.shape for o in fp32.outputs}) >= 2
+    assert fp32.ort_p50_ms > 0 and fp32.torch_p50_ms > 0
+    assert [s.stage for s in result.stages][:4] == ["fetch", "export", "check", "optimize"]
+    assert Path(result.artifacts_dir, "onnx", "model.onnx").is_file()
+    assert Path(result.artifacts_dir, "config.json").is_file()
+    assert ConversionResult.from_json(result.to_json()) == result
+
+
+def test_minilm_converts_all_variants(minilm_dir: Path, tmp_path: Path) -> None:
+    result = convert_one(ManifestEntry(source=str(minilm_dir)), Settings(out_dir=str(tmp_path), **FAST))
+    assert result.passed, result.message
+    assert result.variant("fp32").max_abs <= 1e-4
+    assert result.variant("int8").min_cosine >= 0.98
+    onnx_dir = Path(result.artifacts_dir, "onnx")
+    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx"}
+    assert (Path(result.artifacts_dir) / "tokenizer.json").is_file()
+    assert all(v.speedup and v.speedup > 0 for v in result.variants)
+
+
+@pytest.mark.parametrize(
+    ("change", "kind", "stage"),
+    [
+        (dict(source="/no/such/folder"), "fetch_not_found", "fetch"),
+        (dict(source="org/../../etc/passwd"), "fetch_unsafe", "fetch"),
+        (dict(task="automatic-speech-recognition"), "export_unsupported", "export"),
+    ],
+)
+def test_bad_input_is_a_recorded_failure(
+    change: dict, kind: str, stage: str, minilm_dir: Path, tmp_path: Path
+) -> None:
+    entry = replace(ManifestEntry(source=str(minilm_dir), variants=("fp32",)), **change)
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), **FAST))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", kind, stage), result.message
+    assert result.message and result.traceback
+    json.loads(result.to_json())
