@@ -1,8 +1,10 @@
-"""The driver killed with SIGKILL mid-run, then started again: every job ends with exactly one result."""
+"""The README's demo command, killed with SIGKILL mid-run and started again: every job ends with exactly one result."""
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -10,21 +12,33 @@ from pathlib import Path
 
 import duckdb
 
-from zoo_convert.manifest import read_manifest, write_manifest
+from zoo_convert import zoo
+from zoo_convert.manifest import read_manifest
 from zoo_convert.plan import keyed_jobs
 from zoo_convert.records import Settings
 
-ZOO_CONVERT = str(Path(sys.executable).with_name("zoo-convert"))
+REPO = Path(__file__).resolve().parents[1]
+BIN = str(Path(sys.executable).parent)
 
 
-def test_resume_after_sigkill(zoo_dir: Path, tmp_path: Path) -> None:
-    names = ("bert", "vit", "resnet", "roberta", "gpt2")
-    manifest = write_manifest([{"source": str(zoo_dir / n), "variants": ["fp32"]} for n in names], tmp_path / "m.parquet")
-    db, out = tmp_path / "r.duckdb", tmp_path / "out"
-    cmd = [ZOO_CONVERT, "run", str(manifest), "--db", str(db), "--out", str(out), "--num-cpus", "2"]
+def demo_run_command() -> list[str]:
+    """The Makefile's ``demo`` run line, with $(BIN) and $(OUT) filled in."""
+    line = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if "zoo-convert run " in ln)
+    line = line.strip().replace("$(BIN)", BIN).replace("$(OUT)", "build/demo")
+    assert re.search(r"run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb", line), line
+    return shlex.split(line) + ["--num-cpus", "2"]
+
+
+def test_demo_run_resumes_after_sigkill(tmp_path: Path) -> None:
+    names = ("bert", "vit", "resnet", "roberta")
+    manifest = zoo.build(tmp_path / "build/demo/zoo", names)
+    db = tmp_path / "build/demo/results.duckdb"
+    cmd = demo_run_command()
 
     # its own session, so the local Ray instance it starts can be cleaned up with it
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    first = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     try:
         assert first.stdout is not None
         for line in first.stdout:
@@ -40,9 +54,9 @@ def test_resume_after_sigkill(zoo_dir: Path, tmp_path: Path) -> None:
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT job_key) FROM results").fetchone()[0] < len(names)
 
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=400, start_new_session=True)
+    second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=500, start_new_session=True)
     assert second.returncode == 0, second.stderr[-2000:]
-    third = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    third = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert third.returncode == 0 and "nothing to do" in third.stdout
     assert "Started a local Ray instance" not in third.stderr
 
