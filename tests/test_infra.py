@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,7 +321,9 @@ class _LocalCluster:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.port = _free_port()
         self.dashboard = f"http://127.0.0.1:{_free_port()}"
-        self.env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
+        # Auth is pinned off: a ~/.ray/auth_token left by any earlier Ray would otherwise turn it on
+        # for the cluster but not for this process's state-API client.
+        self.env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
     def start(self) -> None:
         head, worker = _ray_start_commands()
@@ -334,7 +335,7 @@ class _LocalCluster:
         worker = [a.replace("$RAY_HEAD_IP:6379", f"127.0.0.1:{self.port}") for a in worker]
         worker = _set(worker, "--num-cpus", "2")
         self._spawn("head", head)
-        self._wait(lambda: urllib.request.urlopen(f"{self.dashboard}/api/version", timeout=2).status == 200)
+        self._wait(lambda: len(self._alive_nodes()) == 1)
         self._spawn("worker", worker)
         self._wait(lambda: len(self._alive_nodes()) == 2)
 
@@ -352,18 +353,18 @@ class _LocalCluster:
         return list_nodes(address=self.dashboard, filters=[("state", "=", "ALIVE")])
 
     def _wait(self, ready: Any, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
+        deadline, last = time.monotonic() + timeout_s, None
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.procs):
                 break
             try:
                 if ready():
                     return
-            except Exception:  # noqa: BLE001 - not up yet
-                pass
+            except Exception as exc:  # noqa: BLE001 - not up yet
+                last = exc
             time.sleep(1)
         logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in self.root.glob("*.log"))
-        raise AssertionError(f"the local Ray cluster did not come up:\n{logs}")
+        raise AssertionError(f"the local Ray cluster did not come up ({last!r}):\n{logs}")
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
