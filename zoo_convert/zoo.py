@@ -3,14 +3,16 @@
 ``build(dir)`` writes one folder per model (config.json, model.safetensors, and
 the tokenizer / image processor / feature extractor files its task needs) plus
 ``manifest.parquet`` in the farm's manifest schema. Nothing is downloaded:
-tokenizers are trained on a fixed synthetic English corpus, weights come from
-``from_config`` under a per-model seed, so every build writes the same bytes.
+tokenizer vocabularies are learned from a fixed synthetic English corpus and
+weights come from ``from_config`` right after seeding torch with the model's
+:func:`model_seed`, so every build writes the same bytes.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import UsageError
+from .manifest import SCHEMA
 
 SEED = 0
 VOCAB_SIZE = 1000
@@ -32,25 +35,6 @@ WHISPER_MEL_BINS = 16
 _CTC_VOCAB = ("<pad>", "<s>", "</s>", "<unk>", "|", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ'")
 # The demo builds the zoo here; manifests/zoo.parquet points at it from manifests/.
 REPO_MANIFEST_PREFIX = "../build/demo/zoo"
-
-# Columns of the farm's manifest (zoo_convert/manifest.py reads them).
-MANIFEST_SCHEMA = pa.schema(
-    [
-        ("source", pa.string()),
-        ("task", pa.string()),
-        ("revision", pa.string()),
-        ("opsets", pa.list_(pa.int32())),
-        ("exporter", pa.string()),
-        ("variants", pa.list_(pa.string())),
-        ("timeout_s", pa.float64()),
-        ("memory_gb", pa.float64()),
-        ("gpu", pa.bool_()),
-        ("allow_remote_code", pa.bool_()),
-        ("allow_pickle", pa.bool_()),
-        ("priority", pa.int32()),
-        ("tags", pa.list_(pa.string())),
-    ]
-)
 
 # The auto class each task loads in optimum; weights are saved for that head so
 # the exporter loads them without initialising anything at random.
@@ -626,7 +610,7 @@ def manifest_table(models: Sequence[ZooModel], prefix: str = "") -> pa.Table:
         }
         for m in models
     ]
-    return pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
 def write_repo_manifest(path: str | Path = "manifests/zoo.parquet") -> None:
@@ -653,7 +637,7 @@ def build_model(spec: ZooModel, folder: Path) -> None:
             config_kwargs.update(text)
         config_kwargs.update({k: tokenizer.convert_tokens_to_ids(t) for k, t in spec.token_ids.items()})
     config = transformers.AutoConfig.for_model(spec.model_type, **config_kwargs)
-    torch.manual_seed(SEED)
+    torch.manual_seed(model_seed(spec.name))
     cls = getattr(transformers, spec.model_class or TASK_CLASSES[spec.task])
     model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     model.save_pretrained(folder, safe_serialization=True)
@@ -663,6 +647,11 @@ def build_model(spec: ZooModel, folder: Path) -> None:
         _PROCESSORS[spec.processor](config, tokenizer).save_pretrained(folder)
     if spec.sentence_transformers:
         _write_sentence_transformers(folder, config.hidden_size)
+
+
+def model_seed(name: str) -> int:
+    """The torch seed of one model: fixed by its name, so adding or reordering models changes nothing else."""
+    return zlib.crc32(name.encode())
 
 
 def make_tokenizer(spec: TokenizerSpec) -> Any:
