@@ -198,9 +198,9 @@ def test_dockerignore_sends_what_the_dockerfile_copies() -> None:
     assert copied and copied <= allowed
 
 
-def test_nightly_sh_passes_shellcheck() -> None:
+def test_scripts_pass_shellcheck() -> None:
     shellcheck = shutil.which("shellcheck", path=str(BIN)) or pytest.fail("shellcheck missing: pip install -e '.[dev]'")
-    run = subprocess.run([shellcheck, str(NIGHTLY)], capture_output=True, text=True)
+    run = subprocess.run([shellcheck, str(NIGHTLY), str(INFRA / "gpu_check.sh")], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout
 
 
