@@ -195,7 +195,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module)
         for sub, (module, config) in by_file.items()
     ]
-    return components, {"exporter": "optimum", "opset_requested": opset}
+    return components, {"exporter": "optimum"}
 
 
 def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
@@ -220,7 +220,8 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     constructor = TasksManager.get_exporter_config_constructor(
         model=model, exporter="onnx", task=task, library_name=ckpt.library
     )
-    config = constructor(model.config, preprocessors=maybe_load_preprocessors(str(ckpt.path)))
+    preprocessors = maybe_load_preprocessors(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
+    config = constructor(model.config, preprocessors=preprocessors)
     inputs = config.generate_dummy_inputs(framework="pt")
     names = [n for n in config.inputs if n in inputs]
     dims: dict[str, Any] = {}
@@ -279,7 +280,10 @@ def _param_bytes(components: list[Component]) -> int:
 def _externalize(path: Path) -> None:
     """Move the graph's weights into ``<name>_data`` beside it (the layout ORT and transformers.js expect)."""
     import onnx
+    from onnx.external_data_helper import uses_external_data
 
+    if any(uses_external_data(t) for t in onnx.load(str(path), load_external_data=False).graph.initializer):
+        return  # the exporter already wrote external data (graphs over 2 GB)
     model = onnx.load(str(path), load_external_data=True)
     data = path.with_name(path.name + "_data")
     data.unlink(missing_ok=True)
