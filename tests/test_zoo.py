@@ -67,7 +67,8 @@ def test_cli_rebuild_is_byte_identical(zoo_dir: Path, tmp_path: Path) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     for name in REBUILT:
         assert _files(tmp_path / name) == _files(zoo_dir / name), name
-    assert pq.read_table(tmp_path / "manifest.parquet").column("source").to_pylist() == [m.name for m in zoo.select(REBUILT)]
+    built = pq.read_table(tmp_path / "manifest.parquet").column("source").to_pylist()
+    assert built == [m.name for m in zoo.select(REBUILT)]
 
 
 def test_unknown_name_is_a_usage_error(tmp_path: Path) -> None:

@@ -114,7 +114,13 @@ class TokenizerSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-_BERT_ROLES = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
+_BERT_ROLES = {
+    "pad_token": "[PAD]",
+    "unk_token": "[UNK]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
 _BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _ROBERTA_ROLES = {
     "bos_token": "<s>",
@@ -217,26 +223,18 @@ class ZooModel:
 
     @property
     def tags(self) -> list[str]:
+        """The manifest tags: ``zoo``, the family and the model type."""
         tags = ["zoo", f"family:{self.family}", f"model_type:{self.model_type}"]
         return tags + (["library:sentence_transformers"] if self.sentence_transformers else [])
 
 
-_ENC = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128
-)
+# Every transformer in the zoo: hidden size 32, 2 layers of 2 heads.
+_LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+_ENC = dict(_LAYERS, max_position_embeddings=128)
 # Position ids of roberta-likes start after the padding index.
-_ROBERTA_ENC = {**_ENC, "max_position_embeddings": 130}
-_DEC = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    intermediate_size=64,
-    max_position_embeddings=128,
-)
-_VIT = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=IMAGE_SIZE, patch_size=8
-)
+_ROBERTA_ENC = dict(_ENC, max_position_embeddings=130)
+_DEC = dict(_ENC, num_key_value_heads=1)
+_VIT = dict(_LAYERS, image_size=IMAGE_SIZE, patch_size=8)
 _BART = dict(
     d_model=32,
     encoder_layers=2,
@@ -248,18 +246,13 @@ _BART = dict(
     max_position_embeddings=128,
 )
 _SPEECH = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
+    _LAYERS,
     conv_dim=(16, 16),
     conv_stride=(5, 2),
     conv_kernel=(10, 3),
     num_conv_pos_embeddings=16,
     num_conv_pos_embedding_groups=2,
 )
-_CLIP_TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-_CLIP_VISION = dict(_CLIP_TEXT, image_size=IMAGE_SIZE, patch_size=8)
 _TINY_RESNET = dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
 
 ZOO: tuple[ZooModel, ...] = (
@@ -530,7 +523,7 @@ ZOO: tuple[ZooModel, ...] = (
         "multimodal",
         "zero-shot-image-classification",
         "clip",
-        dict(text_config=_CLIP_TEXT, vision_config=_CLIP_VISION, projection_dim=32),
+        dict(text_config=_LAYERS, vision_config=_VIT, projection_dim=32),
         clip_bpe(),
         processor="clip",
     ),
@@ -539,7 +532,7 @@ ZOO: tuple[ZooModel, ...] = (
         "multimodal",
         "zero-shot-object-detection",
         "owlvit",
-        dict(text_config=_CLIP_TEXT, vision_config=_CLIP_VISION, projection_dim=32),
+        dict(text_config=_LAYERS, vision_config=_VIT, projection_dim=32),
         clip_bpe(),
         processor="owlvit",
     ),
