@@ -28,6 +28,9 @@ def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
     from .stages import check, export, fetch, optimize
 
     _quiet_libraries()
+    if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
+        # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
+        settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))
     run = _Run(entry)
     try:
         with run.stage("fetch"):
