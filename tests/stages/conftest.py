@@ -11,12 +11,13 @@ import pytest
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Checkpoint, ExportedModel
 
-# One per family: text encoder, decoder with past, encoder-decoder, vision.
+# One per family: text encoder, decoder with past, encoder-decoder, vision, audio.
 ZOO_TASKS = {
     "bert": "feature-extraction",
     "gpt2": "text-generation",
     "t5": "text2text-generation",
     "vit": "image-classification",
+    "wav2vec2": "automatic-speech-recognition",
 }
 
 

@@ -15,7 +15,7 @@ from zoo_convert.records import ManifestEntry, Settings, Tolerance
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.benchmark import benchmark
 from zoo_convert.stages.export import export
-from zoo_convert.stages.verify import SENTENCES, cases, verify
+from zoo_convert.stages.verify import AUDIO_SAMPLES_PER_STEP, SENTENCES, cases, verify
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,7 +28,7 @@ def fp32(ex: ExportedModel) -> Artifact:
     return Artifact("fp32", {c.name: c.path for c in ex.components})
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "vit"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "vit", "wav2vec2"])
 def test_fp32_matches_pytorch_at_every_verify_shape(zoo_export, name: str) -> None:
     ex = zoo_export(name)
     result = verify(ex, fp32(ex), SETTINGS)
@@ -39,6 +39,15 @@ def test_fp32_matches_pytorch_at_every_verify_shape(zoo_export, name: str) -> No
     assert all(c.nan == 0 and c.inf == 0 for c in result.checks)
     shapes = {c.shape.split("/")[0] for c in result.checks}
     assert shapes == {"1x7", "3x19"}
+
+
+def test_audio_length_varies_with_the_verify_shape(zoo_export) -> None:
+    ex = zoo_export("wav2vec2")
+    lengths = {
+        cases(ex, ex.components[0], b, s, SETTINGS, audio_samples=s * AUDIO_SAMPLES_PER_STEP)[0].feed["input_values"].shape
+        for b, s in SETTINGS.verify_shapes
+    }
+    assert lengths == {(1, 7000), (3, 19000)}
 
 
 def test_decoder_checks_the_past_key_values(zoo_export) -> None:
