@@ -16,7 +16,6 @@ reloading the checkpoint.
 
 from __future__ import annotations
 
-import logging
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -25,8 +24,6 @@ from typing import Any
 from ..errors import ExportError, FailureKind
 from ..records import ManifestEntry, Settings
 from . import Checkpoint, Component, ExportedModel
-
-log = logging.getLogger(__name__)
 
 # Files beside the weights that a runtime needs to preprocess inputs or generate.
 _SIDE_FILES = (
