@@ -102,3 +102,12 @@ def test_remote_code_needs_permission(bert_dir: Path, tmp_path: Path) -> None:
 def test_invalid_repo_ids_are_refused_before_any_network(bad: str) -> None:
     err = _fails(bad)
     assert err.kind == FailureKind.FETCH_UNSAFE and "valid hub repo id" in str(err)
+
+
+def test_seq2seq_task_is_the_generative_one(tmp_path: Path) -> None:
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    cfg = BartConfig(vocab_size=99, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                     decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)
+    BartForConditionalGeneration(cfg).save_pretrained(tmp_path)
+    assert fetch(ManifestEntry(source=str(tmp_path)), Settings()).task == "text2text-generation-with-past"

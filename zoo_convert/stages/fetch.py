@@ -29,6 +29,7 @@ PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 # Everything an export or a published model needs besides the weights.
 SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
 
+_PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
 
@@ -236,14 +237,10 @@ def infer_task(config: dict[str, Any], model_type: str, library: str, source: st
     if library == "timm":
         return "image-classification"
     architectures = config.get("architectures") or []
-    task = None
-    for arch in architectures:
-        for name, mapping in TasksManager._TRANSFORMERS_TASKS_TO_MODEL_MAPPINGS.items():
-            if arch in mapping.values():
-                task = name
-                break
-        if task:
-            break
+    mappings = TasksManager._TRANSFORMERS_TASKS_TO_MODEL_MAPPINGS
+    # A seq2seq class is also listed under fill-mask (BART); the generative task is what people export.
+    order = [t for t in _PREFERRED_TASKS if t in mappings] + [t for t in mappings if t not in _PREFERRED_TASKS]
+    task = next((t for arch in architectures for t in order if arch in mappings[t].values()), None)
     if task is None:
         raise ExportError(
             f"{source}: cannot infer a task from architectures {architectures or '(none)'}; give the task explicitly",
