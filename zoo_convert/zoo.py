@@ -466,6 +466,9 @@ ZOO: tuple[ZooModel, ...] = (
             hidden_sizes=[16, 16, 16],
             neck_hidden_sizes=[8, 8, 16, 16, 16, 16, 32],
             num_attention_heads=2,
+            # At the default 0.02 the activations underflow to exact zeros by the last stage,
+            # and a verification of all-zero logits proves nothing.
+            initializer_range=0.5,
         ),
         processor="vit",
     ),
