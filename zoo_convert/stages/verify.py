@@ -131,7 +131,9 @@ def ort_session(exported: ExportedModel, artifact: Artifact, comp: Component, se
         opts.intra_op_num_threads = settings.threads
         opts.inter_op_num_threads = 1
         try:
-            sessions[key] = ort.InferenceSession(str(path), sess_options=opts, providers=list(settings.providers))
+            # A GPU row that lands on a CPU-only build runs on what is there rather than failing.
+            providers = [p for p in settings.providers if p in ort.get_available_providers()] or ["CPUExecutionProvider"]
+            sessions[key] = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             raise VerifyError(f"ONNX Runtime cannot load {Path(path).name}: {exc}") from exc
     return sessions[key]
