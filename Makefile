@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= build/demo
 
-.PHONY: demo test venv clean chromium
+.PHONY: demo test venv clean chromium bench
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ chromium:
 
 test: venv chromium
 	$(BIN)/python -m pytest
+
+# Each benchmark prints its verdict last; all of them run even when one misses its target.
+BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo
+bench: venv
+	@status=0; for b in $(BENCHES); do echo "== $$b"; $(BIN)/python benchmarks/$$b.py || status=1; done; exit $$status
 
 clean:
 	rm -rf $(VENV) build

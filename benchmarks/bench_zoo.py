@@ -1,0 +1,180 @@
+"""The bundled zoo through the farm vs a shell loop of ``optimum-cli export onnx``; and the farm's parallel efficiency.
+
+What each side does:
+
+* farm: ``zoo-convert run`` on a fresh DB with a local Ray instance on every CPU:
+  fetch, export, check, optimize, verify (ORT vs PyTorch at two shapes) and
+  benchmark each model, recording every result. Run twice: with fp32 only (the
+  same artifact the loop makes: the fair comparison, which the targets apply to)
+  and with all variants (fp32, fp16, int8: what the farm does by default).
+* loop: ``optimum-cli export onnx --model DIR --task TASK OUT`` per model (it
+  exports and validates the fp32 graph against PyTorch), one after another, and
+  then 2-wide with ``xargs -P 2``.
+
+Targets: farm >= 10x faster than the sequential loop and >= 5x faster than the
+2-wide one (wall time end to end on both sides: interpreter, Ray start and
+fork-server warm-up included for the farm). Parallel efficiency = sum of in-job
+time (each job's own started_at -> finished_at, stamped inside its forked
+child) / (wall x worker slots), target >= 0.85; reported against the end-to-end
+wall and against the span from the first job's start to the last job's end
+(which leaves out interpreter and Ray start-up and the fork servers' warm-up
+before the first job); the target applies to the span.
+
+    .venv/bin/python benchmarks/bench_zoo.py [--models N] [--zoo DIR] [--no-all-variants]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from _common import BIN, build_zoo, machine, spread, verdict, zoo_rows
+
+from zoo_convert.manifest import write_manifest
+
+SEQ_TARGET, X2_TARGET, EFFICIENCY_TARGET = 10.0, 5.0, 0.85
+
+# One model through optimum-cli; appends "name exit-status start end" to $LOG so failures are counted, not hidden.
+ONE = r"""
+name=$(basename "$1"); t0=$(date +%s.%N)
+"$BIN/optimum-cli" export onnx --model "$1" --task "$2" "$OUT/$name" >"$OUT/$name.log" 2>&1; rc=$?
+echo "$name $rc $t0 $(date +%s.%N)" >>"$LOG"
+"""
+
+
+@dataclass
+class FarmRun:
+    """One farm run's figures."""
+
+    label: str
+    wall_s: float
+    span_s: float
+    in_job_s: float
+    slots: int
+    jobs: int
+    passed: int
+    variant_rows: dict[str, tuple[int, int]]
+
+    @property
+    def efficiency_wall(self) -> float:
+        return self.in_job_s / (self.wall_s * self.slots)
+
+    @property
+    def efficiency_span(self) -> float:
+        return self.in_job_s / (self.span_s * self.slots)
+
+
+def run_farm_cli(label: str, rows: list[dict], work: Path) -> FarmRun:
+    """``zoo-convert run`` on a fresh DB; figures read back from the DB it wrote."""
+    folder = work / label
+    manifest = write_manifest(rows, folder / "manifest.parquet")
+    db = folder / "results.duckdb"
+    cmd = [str(BIN / "zoo-convert"), "run", str(manifest), "--db", str(db), "--out", str(folder / "artifacts")]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    (folder / "farm.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    con = duckdb.connect(str(db), read_only=True)
+    jobs = con.execute(
+        "SELECT epoch(any_value(started_at)), epoch(any_value(finished_at)), any_value(job_status)"
+        " FROM results GROUP BY job_key"
+    ).fetchall()
+    per_variant = con.execute(
+        "SELECT variant, count(*) FILTER (WHERE status = 'passed'), count(*) FROM results GROUP BY variant ORDER BY 1"
+    ).fetchall()
+    (resources,) = con.execute("SELECT resources FROM runs").fetchone()
+    con.close()
+    return FarmRun(
+        label=label,
+        wall_s=wall,
+        span_s=max(f for _, f, _ in jobs) - min(s for s, _, _ in jobs),
+        in_job_s=sum(f - s for s, f, _ in jobs),
+        slots=int(json.loads(resources)["CPU"]),
+        jobs=len(jobs),
+        passed=sum(status == "passed" for _, _, status in jobs),
+        variant_rows={str(v): (p, n) for v, p, n in per_variant},
+    )
+
+
+def run_loop(label: str, rows: list[dict], work: Path, width: int) -> tuple[float, int, int]:
+    """The optimum-cli loop, ``width`` at a time; returns (wall seconds, succeeded, total)."""
+    folder = work / label
+    folder.mkdir(parents=True)
+    listing = folder / "models.txt"
+    listing.write_text("".join(f"{r['source']} {r['task']}\n" for r in rows))
+    log = folder / "results.txt"
+    env = {**os.environ, "BIN": str(BIN), "OUT": str(folder), "LOG": str(log)}
+    if width == 1:
+        script = f'while read model task; do sh -c \'{ONE}\' one "$model" "$task"; done < "{listing}"'
+    else:
+        script = f'xargs -P {width} -n 2 sh -c \'{ONE}\' one < "{listing}"'
+    t0 = time.perf_counter()
+    subprocess.run(["bash", "-c", script], env=env, check=True)
+    wall = time.perf_counter() - t0
+    results = [line.split() for line in log.read_text().splitlines()]
+    return wall, sum(rc == "0" for _, rc, _, _ in results), len(results)
+
+
+def main() -> int:
+    """Run both sides; print the table; exit 1 when a target is missed."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", type=int, help="how many zoo models, evenly spread over the zoo (default: all)")
+    ap.add_argument("--zoo", type=Path, help="an already built zoo (default: build one in a temp folder)")
+    ap.add_argument("--no-all-variants", action="store_true", help="skip the informational all-variants farm run")
+    ap.add_argument("--keep", type=Path, help="work here and keep the logs, DBs and artifacts")
+    args = ap.parse_args()
+    print(machine())
+    with tempfile.TemporaryDirectory(prefix="bench-zoo-") as tmp:
+        work = args.keep or Path(tmp)
+        zoo_dir = args.zoo or work / "zoo"
+        if args.zoo is None:
+            build_zoo(zoo_dir)
+        base = spread(zoo_rows(zoo_dir / "manifest.parquet"), args.models)
+        rows = [{**r, "source": str((zoo_dir / r["source"]).resolve())} for r in base]
+        print(f"{len(rows)} models: {' '.join(Path(r['source']).name for r in rows)}", flush=True)
+
+        farm = run_farm_cli("farm-fp32", [{**r, "variants": ["fp32"]} for r in rows], work)
+        print(f"farm fp32 done in {farm.wall_s:.0f} s", flush=True)
+        farm_all = None if args.no_all_variants else run_farm_cli("farm-all", rows, work)
+        seq_s, seq_ok, n = run_loop("loop-seq", rows, work, 1)
+        print(f"sequential loop done in {seq_s:.0f} s", flush=True)
+        x2_s, x2_ok, _ = run_loop("loop-x2", rows, work, 2)
+
+    print(f"\n{'side':34}{'wall s':>8}{'per model s':>12}{'ok':>8}  vs loop / vs loop x2")
+    print(f"{'optimum-cli loop, sequential':34}{seq_s:>8.1f}{seq_s / n:>12.2f}{f'{seq_ok}/{n}':>8}")
+    print(f"{'optimum-cli loop, xargs -P 2':34}{x2_s:>8.1f}{x2_s / n:>12.2f}{f'{x2_ok}/{n}':>8}")
+    for run in filter(None, (farm, farm_all)):
+        what = f"farm {run.label.split('-')[1]} ({run.slots} slots)"
+        ok = f"{run.passed}/{run.jobs}"
+        print(f"{what:34}{run.wall_s:>8.1f}{run.wall_s / run.jobs:>12.2f}{ok:>8}"
+              f"  {seq_s / run.wall_s:.1f}x / {x2_s / run.wall_s:.1f}x")  # fmt: skip
+    for run in filter(None, (farm, farm_all)):
+        print(f"{run.label}: in-job {run.in_job_s:.1f} s; span first start -> last finish {run.span_s:.1f} s; "
+              f"efficiency {run.efficiency_span:.2f} over the span, {run.efficiency_wall:.2f} over the end-to-end wall; "
+              "variants passed " + ", ".join(f"{v} {p}/{t}" for v, (p, t) in run.variant_rows.items()))  # fmt: skip
+    checks = {
+        f">= {SEQ_TARGET:g}x the sequential loop": seq_s / farm.wall_s >= SEQ_TARGET,
+        f">= {X2_TARGET:g}x the 2-wide loop": x2_s / farm.wall_s >= X2_TARGET,
+        f"efficiency >= {EFFICIENCY_TARGET:g}": farm.efficiency_span >= EFFICIENCY_TARGET,
+        "farm fp32 all passed": farm.passed == farm.jobs,
+    }
+    return verdict(
+        "bench_zoo",
+        checks,
+        f"{n} models, fp32: farm {farm.wall_s:.0f} s vs loop {seq_s:.0f} s ({seq_s / farm.wall_s:.1f}x)"
+        f" and loop x2 {x2_s:.0f} s ({x2_s / farm.wall_s:.1f}x); efficiency {farm.efficiency_span:.2f}"
+        f" (span) / {farm.efficiency_wall:.2f} (end to end)",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
