@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import time
 from pathlib import Path
 
@@ -55,14 +54,26 @@ def test_real_conversion_in_a_warm_child(zoo_dir: Path, settings: Settings) -> N
     assert result.variant("fp32").max_abs is not None
 
 
-def test_isolation_overhead_under_150_ms(settings: Settings) -> None:
-    run_isolated(quick, ENTRY, settings)  # starts and warms the fork server
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
+def test_the_same_child_runs_jobs_repeatedly(settings: Settings) -> None:
+    for _ in range(3):
         assert run_isolated(quick, ENTRY, settings).passed
-        times.append(time.perf_counter() - t0)
-    assert statistics.median(times) < 0.150, times
+    # the overhead target (< 150 ms per job) is measured in benchmarks/bench_isolation.py
+
+
+def crash_in_verify(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+    from zoo_convert import pipeline
+
+    pipeline.on_stage("verify[fp16]")
+    os.kill(os.getpid(), signal.SIGSEGV)
+    raise AssertionError("unreachable")
+
+
+def test_a_crash_records_the_stage_it_happened_in(zoo_dir: Path, settings: Settings) -> None:
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), row=3)
+    result = run_isolated(crash_in_verify, entry, settings)
+    assert (result.failure_kind, result.stage) == ("crash", "verify")
+    assert "SIGSEGV" in result.message and "verify[fp16]" in result.message
+    assert result.model_type == "bert"
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ signal or an exit without a result -> ``crash``; the fork server itself gone ->
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pickle
 import select
@@ -84,13 +85,15 @@ def run_isolated(
             return failure_result(entry, FailureKind.WORKER_LOST, f"fork server lost: {exc}", started_at=started_at)
         if verdict is None and status == 0 and out.exists():
             return ConversionResult.from_json(out.read_text())
+        where = _read_breadcrumb(out)
+    stage = where.split("[")[0] if where else None
     if verdict is FailureKind.TIMEOUT:
         kind, message = verdict, f"no answer after the hard timeout of {timeout:g} s; killed"
     elif verdict is FailureKind.OOM:
         kind, message = verdict, f"resident memory passed the limit of {limit_gb:g} GiB; killed"
     else:
         kind, message = _exit_verdict(status)
-    return failure_result(entry, kind, message, started_at=started_at)
+    return failure_result(entry, kind, f"{message} during {where}" if where else message, started_at=started_at, stage=stage)
 
 
 class ForkServer:
@@ -219,6 +222,7 @@ def failure_result(
         revision=entry.revision,
         exporter=entry.exporter,
         opset_requested=entry.opset,
+        model_type=_model_type(entry.source),
         failure_kind=kind.value,
         stage=stage or kind.stage,
         message=message,
@@ -231,9 +235,21 @@ def failure_result(
     )
 
 
+def _model_type(source: str) -> str | None:
+    """A local checkpoint's model_type, so a job that died still lands in the right matrix row."""
+    try:
+        return json.loads(Path(source, "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _child(job_fn: JobFn, entry: ManifestEntry, settings: Settings, out: str) -> None:
     """Runs in the forked child: do the job, leave the result where the caller looks."""
+    from . import pipeline
+
     _die_with_parent()
+    breadcrumb = Path(out + ".stage")
+    pipeline.on_stage = breadcrumb.write_text
     try:
         result = job_fn(entry, settings)
     except Exception as exc:  # noqa: BLE001 - job_fn should never raise; if it does, that is our bug
@@ -244,6 +260,14 @@ def _child(job_fn: JobFn, entry: ManifestEntry, settings: Settings, out: str) ->
     os.replace(tmp, out)  # the caller never reads half a file
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _read_breadcrumb(out: Path) -> str | None:
+    """The stage the child had reached when it died, if it got that far."""
+    try:
+        return Path(str(out) + ".stage").read_text() or None
+    except OSError:
+        return None
 
 
 def _exit_verdict(exitcode: int) -> tuple[FailureKind, str]:

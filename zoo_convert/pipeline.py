@@ -12,7 +12,7 @@ import resource
 import socket
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -131,6 +131,11 @@ def artifacts_dir(settings: Settings, entry: ManifestEntry, resolved_revision: s
     return Path(settings.out_dir) / name / f"{entry.exporter}-opset{opset}-{rev}"
 
 
+# Called with "stage" or "stage[variant]" as each stage starts. The farm's isolation layer
+# sets it in a job's child process so a crash can still say where the job died.
+on_stage: Callable[[str], None] | None = None
+
+
 class _Run:
     """Collects stage timings and the first failure of one conversion."""
 
@@ -147,6 +152,8 @@ class _Run:
     def stage(self, name: str, **labels: str) -> Iterator[dict]:
         details: dict = dict(labels)
         self._current = name
+        if on_stage is not None:
+            on_stage(name + "".join(f"[{v}]" for v in labels.values()))
         t0 = time.perf_counter()
         status = FAILED
         try:
