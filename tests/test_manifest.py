@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -79,21 +78,23 @@ def test_bundled_hub_manifest_is_valid() -> None:
     assert m.rows > 2500 and not m.problems
 
 
-def test_100k_rows_validate_under_two_seconds(tmp_path: Path) -> None:
+def test_100k_rows_validate_with_one_bad_row_found(tmp_path: Path) -> None:
+    # the speed target (< 2 s) is measured in benchmarks/bench_manifest.py
     n = 100_000
+    sources = [f"org/model-{i}" for i in range(n)]
+    sources[76_543] = "org/../escape"
     table = pa.table(
         {
-            "source": [f"org/model-{i}" for i in range(n)],
+            "source": sources,
             "task": ["fill-mask"] * n,
             "opsets": [[17]] * n,
             "variants": [["fp32", "int8"]] * n,
         }
     )
     pq.write_table(table, tmp_path / "big.parquet")
-    t0 = time.process_time()  # CPU time: the test machine is shared
     m = read_manifest(tmp_path / "big.parquet")
-    assert time.process_time() - t0 < 2.0
-    assert len(m.entries) == n and not m.problems
+    assert len(m.entries) == n - 1
+    assert [p.row for p in m.problems] == [76_544]
 
 
 def test_static_tables_match_the_toolchain() -> None:
