@@ -18,6 +18,8 @@ ZOO_TASKS = {
     "t5": "text2text-generation",
     "vit": "image-classification",
     "wav2vec2": "automatic-speech-recognition",
+    "bart": "text2text-generation-with-past",
+    "wavlm": "feature-extraction",
 }
 
 

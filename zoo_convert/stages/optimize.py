@@ -3,18 +3,20 @@
 Per component, in this order (it matters):
 
 1. int8  ``quantize_dynamic`` (per-channel QInt8) on the PLAIN export: it fails on
-         a graph already run through the transformers optimizer.
+         a graph already run through the transformers optimizer. Convs whose weight is
+         computed (weight norm: wav2vec2's positional conv) stay float32.
 2. fp32  the onnxruntime transformers optimizer where the model type maps to one of
          its fusers; else, or when it fused nothing, broke the graph or changed its
          outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
          writes hardware-specific layouts); else the plain export, unchanged.
 3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept; where
-         ORT's converter cannot keep them (outputs of If branches: merged decoders),
-         the plain export converted all-fp16 with Casts added at the graph boundary.
+         ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
+         the plain export converted the same way.
 4. the optimized fp32 graph replaces ``<component>.onnx``.
 
 Every candidate is written to a scratch folder and checked against the plain export
-in ONNX Runtime on generated inputs before it is moved into ``onnx/``. A variant that
+in ONNX Runtime on generated inputs before it is moved into ``onnx/``; fp16 and int8
+graphs are also loaded in a child process, as ONNX Runtime can crash on them. A variant that
 cannot be made is returned with ``details["error"]`` and no files; only fp32, which
 the others are measured against, raises :class:`OptimizeError`.
 """
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -175,11 +179,13 @@ def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]
     """Dynamic int8 quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    computed = _computed_weight_convs(onnx.load(str(plain), load_external_data=False).graph)
     quantize_dynamic(
         plain,
         out,
         per_channel=True,
         weight_type=QuantType.QInt8,
+        nodes_to_exclude=computed,
         use_external_data_format=external,
         # Merged decoders keep their layers inside If branches.
         extra_options={"EnableSubgraph": True},
@@ -188,7 +194,22 @@ def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]
     quantized = {op: census[op] for op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if census[op]}
     if not quantized:
         raise OptimizeError("quantize_dynamic quantized no operator")
-    return out, {"quantization": "dynamic", "per_channel": True, "weight_type": "QInt8", "quantized_ops": quantized}
+    _load(out)
+    details = {"quantization": "dynamic", "per_channel": True, "weight_type": "QInt8", "quantized_ops": quantized}
+    return out, {**details, "float32_convs": computed} if computed else details
+
+
+def _computed_weight_convs(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> list[str]:
+    """Convs whose weight is computed, not stored: the quantizer needs it as an initializer."""
+    stored = outer | {t.name for t in graph.initializer}
+    names = []
+    for node in graph.node:
+        if node.op_type in ("Conv", "ConvTranspose") and node.input[1] not in stored:
+            names.append(node.name)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                names.extend(_computed_weight_convs(sub, stored))
+    return names
 
 
 def _fp32(
@@ -271,67 +292,79 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
 def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
     try:
-        _save(_to_fp16(source, keep_io_types=True), out, external)
+        _save(_to_fp16(source), out, external)
         _load(out)
         return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types"}
-    except Exception as exc:  # noqa: BLE001 - retried below the way that works for If branches
+    except Exception as exc:  # noqa: BLE001 - retried below from the plain export
         first = _reason(exc)
-    # ORT's converter cannot keep fp32 IO when outputs come out of If branches (merged
-    # decoders), nor type ORT-optimized branches: convert the plain export all-fp16, then cast IO back.
-    model = _to_fp16(plain, keep_io_types=False)
-    _cast_io_to_fp32(model)
-    _save(model, out, external)
+    # ORT's converter cannot type ORT-optimized If branches (merged decoders): convert the plain export.
+    _save(_to_fp16(plain), out, external)
     _load(out)
-    return out, {"source": "plain export", "io": "casts added", "note": f"keep_io_types failed: {first}"}
+    return out, {"source": "plain export", "io": "keep_io_types", "note": f"from the fp32 graph failed: {first}"}
 
 
-def _to_fp16(source: Path, keep_io_types: bool) -> onnx.ModelProto:
+def _to_fp16(source: Path) -> onnx.ModelProto:
+    """float16 weights and compute, float32 inputs and outputs kept."""
     from onnxruntime.transformers.onnx_model import OnnxModel
 
-    model = OnnxModel(onnx.load(str(source)))
+    proto = onnx.load(str(source))
+    _unshadow_branch_outputs(proto.graph)
+    model = OnnxModel(proto)
     # Symbolic shape inference types the contrib ops (Attention, SkipLayerNormalization) the fusers emit.
     # When it gives up it dumps sym_shape_infer_temp.onnx (+ uuid .data files) into the cwd: keep that out of ours.
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
-        model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=keep_io_types)
+        model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True)
     return model.model
 
 
-def _cast_io_to_fp32(model: onnx.ModelProto) -> None:
-    """Give an all-fp16 graph float32 inputs and outputs, casting at the boundary."""
-    graph = model.graph
-    fp16, fp32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
-    inputs = [i for i in graph.input if i.type.tensor_type.elem_type == fp16]
-    outputs = [o for o in graph.output if o.type.tensor_type.elem_type == fp16]
-    read = {i.name: i.name + "_fp16" for i in inputs}
-    produced = {o.name: o.name + "_fp16" for o in outputs}
-    renamed = {**read, **produced}
-    for node in graph.node:  # branches may reuse top-level output names locally: top level only
-        node.output[:] = [produced.get(n, n) for n in node.output]
-        node.input[:] = [produced.get(n, n) for n in node.input]
-    graphs = [graph]
-    while graphs:  # If/Loop branches read outer inputs directly, so they are renamed at every level
-        g = graphs.pop()
-        for node in g.node:
-            node.input[:] = [read.get(n, n) for n in node.input]
-            for attr in node.attribute:
-                graphs.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
-    kept = [vi for vi in graph.value_info if vi.name not in renamed]
-    del graph.value_info[:]
-    graph.value_info.extend(kept)
-    casts_in = [onnx.helper.make_node("Cast", [i.name], [renamed[i.name]], to=fp16) for i in inputs]
-    casts_out = [onnx.helper.make_node("Cast", [renamed[o.name]], [o.name], to=fp32) for o in outputs]
-    nodes = [*casts_in, *graph.node, *casts_out]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    for value in [*inputs, *outputs]:
-        value.type.tensor_type.elem_type = fp32
+def _unshadow_branch_outputs(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> None:
+    """Rename If/Loop branch outputs that reuse an outer name (optimum's merged decoders do).
+
+    ORT's fp16 cleanup maps value names to nodes across all graphs, so a branch's ``logits``
+    hides the If node that makes the top-level ``logits`` and the If is pruned; it also drops
+    Constants no node reads, so a branch output made by a Constant gets an Identity after it.
+    Branch outputs bind to the If's outputs by position: renaming them changes nothing else.
+    """
+    names = outer | {v.name for v in [*graph.input, *graph.output, *graph.initializer]}
+    names |= {o for node in graph.node for o in node.output}
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                made = {o: n for n in sub.node for o in n.output}
+                prefix = f"{node.name or node.op_type}/{attr.name}/"
+                renamed = {o.name: prefix + o.name for o in sub.output if o.name in names and o.name in made}
+                for n in sub.node:
+                    n.output[:] = [renamed.get(x, x) for x in n.output]
+                    n.input[:] = [renamed.get(x, x) for x in n.input]
+                for value in sub.value_info:
+                    value.name = renamed.get(value.name, value.name)
+                for out in sub.output:
+                    producer = made.get(out.name)
+                    out.name = renamed.get(out.name, out.name)
+                    if producer is not None and producer.op_type == "Constant":
+                        producer.output[0] = out.name + "/constant"
+                        sub.node.append(onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name]))
+                _unshadow_branch_outputs(sub, names)
 
 
 def _load(path: Path) -> None:
-    """Fail now, not in verify, if ONNX Runtime's CPU kernels cannot run this graph."""
-    import onnxruntime as ort
+    """Fail now, not in verify, if ONNX Runtime's CPU kernels cannot load this graph.
 
-    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    In a child process: ORT's CPU graph transformers segfault on some fp16 graphs (wavlm), and
+    that must fail this variant, not kill the whole job.
+    """
+    code = (
+        "import sys, onnxruntime as ort\n"
+        "opts = ort.SessionOptions()\n"
+        "opts.intra_op_num_threads = 1\n"
+        "ort.InferenceSession(sys.argv[1], opts, providers=['CPUExecutionProvider'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=False)
+    if done.returncode < 0:
+        raise OptimizeError(f"ONNX Runtime crashed (signal {-done.returncode}) loading {path.name}")
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        raise OptimizeError(f"ONNX Runtime cannot load {path.name}: {lines[-1]}")
 
 
 def _heads_hidden(config: dict[str, Any]) -> tuple[int, int]:
