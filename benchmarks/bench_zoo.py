@@ -62,6 +62,7 @@ class FarmRun:
     jobs: int
     passed: int
     variant_rows: dict[str, tuple[int, int]]
+    phases: dict[str, float]
 
     @property
     def efficiency_wall(self) -> float:
@@ -78,9 +79,9 @@ def run_farm_cli(label: str, rows: list[dict], work: Path) -> FarmRun:
     manifest = write_manifest(rows, folder / "manifest.parquet")
     db = folder / "results.duckdb"
     cmd = [str(BIN / "zoo-convert"), "run", str(manifest), "--db", str(db), "--out", str(folder / "artifacts")]
-    t0 = time.perf_counter()
+    t0, clock0 = time.perf_counter(), time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, clock1 = time.perf_counter() - t0, time.time()
     (folder / "farm.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     con = duckdb.connect(str(db), read_only=True)
@@ -91,17 +92,26 @@ def run_farm_cli(label: str, rows: list[dict], work: Path) -> FarmRun:
     per_variant = con.execute(
         "SELECT variant, count(*) FILTER (WHERE status = 'passed'), count(*) FROM results GROUP BY variant ORDER BY 1"
     ).fetchall()
-    (resources,) = con.execute("SELECT resources FROM runs").fetchone()
+    resources, run_start, run_end = con.execute("SELECT resources, epoch(started_at), epoch(finished_at) FROM runs").fetchone()
     con.close()
+    first, last = min(s for s, _, _ in jobs), max(f for _, f, _ in jobs)
+    phases = {
+        "CLI start, imports, manifest, plan, ray.init": run_start - clock0,
+        "Ray workers start, fork-server warm-up": first - run_start,
+        "first job start -> last job end": last - first,
+        "last result recorded, run closed": run_end - last,
+        "ray.shutdown, exit": clock1 - run_end,
+    }
     return FarmRun(
         label=label,
         wall_s=wall,
-        span_s=max(f for _, f, _ in jobs) - min(s for s, _, _ in jobs),
+        span_s=last - first,
         in_job_s=sum(f - s for s, f, _ in jobs),
         slots=int(json.loads(resources)["CPU"]),
         jobs=len(jobs),
         passed=sum(status == "passed" for _, _, status in jobs),
         variant_rows={str(v): (p, n) for v, p, n in per_variant},
+        phases=phases,
     )
 
 
@@ -161,6 +171,7 @@ def main() -> int:
         print(f"{run.label}: in-job {run.in_job_s:.1f} s; span first start -> last finish {run.span_s:.1f} s; "
               f"efficiency {run.efficiency_span:.2f} over the span, {run.efficiency_wall:.2f} over the end-to-end wall; "
               "variants passed " + ", ".join(f"{v} {p}/{t}" for v, (p, t) in run.variant_rows.items()))  # fmt: skip
+        print("  where the wall time went: " + "; ".join(f"{k} {v:.1f} s" for k, v in run.phases.items()))
     checks = {
         f">= {SEQ_TARGET:g}x the sequential loop": seq_s / farm.wall_s >= SEQ_TARGET,
         f">= {X2_TARGET:g}x the 2-wide loop": x2_s / farm.wall_s >= X2_TARGET,
