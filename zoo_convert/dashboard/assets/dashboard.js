@@ -69,7 +69,9 @@ function svgLine(points, { width = 360, height = 160, yMax = 1, label = pct } = 
   const path = points.map((p, i) => `${x(i).toFixed(1)},${y(p.value).toFixed(1)}`).join(" ");
   const dots = points.map((p, i) => `<circle cx="${x(i).toFixed(1)}" cy="${y(p.value).toFixed(1)}" r="3" fill="#0969da"><title>${esc(p.label)}: ${label(p.value)}</title></circle>`).join("");
   const axis = [0, 0.5, 1].map((t) => `<text x="2" y="${(y(t * yMax) + 4).toFixed(1)}">${label(t * yMax)}</text><line x1="${pad}" x2="${width - pad}" y1="${y(t * yMax)}" y2="${y(t * yMax)}" stroke="#eaeef2"/>`).join("");
-  const ends = `<text x="${pad}" y="${height - 6}">${esc(points[0].label)}</text><text x="${width - pad}" y="${height - 6}" text-anchor="end">${esc(points[points.length - 1].label)}</text>`;
+  const ends = points.length === 1
+    ? `<text x="${x(0)}" y="${height - 6}" text-anchor="middle">${esc(points[0].label)}</text>`
+    : `<text x="${pad}" y="${height - 6}">${esc(points[0].label)}</text><text x="${width - pad}" y="${height - 6}" text-anchor="end">${esc(points[points.length - 1].label)}</text>`;
   return `<svg viewBox="0 0 ${width} ${height}" width="100%">${axis}<polyline points="${path}" fill="none" stroke="#0969da" stroke-width="2"/>${dots}${ends}</svg>`;
 }
 
