@@ -295,9 +295,11 @@ class Progress:
             return
         opset = result.opset_requested if result.opset_requested is not None else "default"
         what = result.status if result.status == PASSED else f"{result.status} {result.failure_kind}"
+        # a model passes on fp32; a variant that failed beside it is still worth a glance in the log
+        broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
             f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
-            f" attempts={result.attempts}"
+            f" attempts={result.attempts}" + (f"  [{', '.join(broken)}]" if broken else "")
         )
 
     def retry(self, job: Job, result: ConversionResult, attempt: int, delay: float) -> None:

@@ -565,6 +565,9 @@ def build(
     out_dir: str | Path, only: Iterable[str] | None = None, models: Sequence[ZooModel] = ZOO
 ) -> Path:
     """Build the zoo (or the ``only`` named models) into ``out_dir``; returns the manifest path."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the tokenizer classes' "legacy behaviour" notices say nothing about our files
     chosen = select(only, models)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
