@@ -340,6 +340,6 @@ class Progress:
 
     def _line(self, text: str) -> None:
         if self.live:
-            self.stream.write("\r")
+            self.stream.write("\r\x1b[K")  # clear the bar, or a shorter line leaves its tail behind
         self.stream.write(text + "\n")
         self.stream.flush()
