@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 BIN = Path(sys.executable).parent  # the venv's bin/: zoo-convert and optimum-cli live beside python
-REPO = Path(__file__).resolve().parent.parent
 
 
 def machine() -> str:
@@ -26,27 +21,6 @@ def rss_bytes(pid: int | str = "self") -> int:
     """Current resident memory of a process (Linux /proc)."""
     with open(f"/proc/{pid}/statm", "rb") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-@contextmanager
-def stopwatch() -> Iterator[list[float]]:
-    """``with stopwatch() as t: ...`` leaves the elapsed seconds in ``t[0]``."""
-    box = [0.0]
-    t0 = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box[0] = time.perf_counter() - t0
-
-
-def median_time(fn: Callable[[], object], runs: int) -> float:
-    """Median wall seconds of ``runs`` calls of ``fn``."""
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def build_zoo(out: Path, only: list[str] | None = None) -> Path:

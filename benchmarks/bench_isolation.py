@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import build_zoo, machine, verdict
+from _common import build_zoo, machine, rss_bytes, verdict, zoo_rows
 from _jobs import tiny_result
 
 TARGET_MS = 150.0
@@ -35,8 +35,6 @@ def main() -> int:
     print(machine())
     with tempfile.TemporaryDirectory(prefix="bench-iso-") as tmp:
         manifest = build_zoo(Path(tmp, "zoo"), [args.model])
-        from _common import zoo_rows
-
         task = zoo_rows(manifest)[0]["task"]
         return measure(Path(tmp), Path(tmp, "zoo", args.model), task, args.reps)
 
@@ -75,7 +73,7 @@ def measure(tmp: Path, model: Path, task: str, reps: int) -> int:
         t0 = time.perf_counter()
         assert run_isolated(tiny_result, entry, settings(i, "noop")).passed
         noop.append(time.perf_counter() - t0)
-    server_rss = _rss_mb(fork_server().proc.pid)
+    server_rss = rss_bytes(fork_server().proc.pid) / 2**20
     overhead = 1000 * statistics.median(b - a for a, b in zip(inproc, iso))
     noop_ms = 1000 * statistics.median(noop)
     print(f"median in-process {statistics.median(inproc):.3f} s, isolated {statistics.median(iso):.3f} s")
@@ -87,12 +85,6 @@ def measure(tmp: Path, model: Path, task: str, reps: int) -> int:
         checks,
         f"isolation overhead {overhead:.0f} ms per job (no-op job {noop_ms:.0f} ms), {reps} reps, target {TARGET_MS:g} ms",
     )
-
-
-def _rss_mb(pid: int) -> float:
-    from _common import rss_bytes
-
-    return rss_bytes(pid) / 2**20
 
 
 if __name__ == "__main__":

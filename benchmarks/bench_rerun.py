@@ -79,13 +79,15 @@ def main() -> int:
         assert cli.returncode == 0, cli.stdout + cli.stderr
         print(f"rerun, zoo-convert run (CLI): {cli_s:.2f} s: {cli.stdout.strip()}")
 
+        import ray
+
         from zoo_convert.farm import run_farm
         from zoo_convert.records import Settings
 
         t0 = time.perf_counter()
         report = run_farm(manifest, db_path=db, settings=Settings(out_dir=str(out.resolve())))
         lib_s = time.perf_counter() - t0
-        lib_ray = report.ray_started or "ray" in sys.modules and __import__("ray").is_initialized()
+        lib_ray = report.ray_started or ray.is_initialized()
         print(f"rerun, run_farm (library):    {lib_s:.2f} s: {report.skipped} of {report.total} skipped,"
               f" {report.recorded} recorded, Ray started: {lib_ray}")  # fmt: skip
     checks = {
