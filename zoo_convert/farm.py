@@ -134,8 +134,7 @@ def run_farm(
     )
     status = "failed"
     try:
-        for bad in plan.invalid:
-            _record(store, report, progress, bad.key, _invalid_result(bad), 1)
+        _record(store, report, progress, [(bad.key, _invalid_result(bad), 1) for bad in plan.invalid])
         if plan.jobs:
             _Driver(store, report, progress, settings, options, job_fn, resources).run(plan.jobs)
         status = "completed"
@@ -187,16 +186,20 @@ class _Driver:
                 time.sleep(max(0.0, min(1.0, self.waiting[0][0] - time.monotonic())) if self.waiting else 0)
                 continue
             timeout = min(1.0, max(0.0, self.waiting[0][0] - now)) if self.waiting else 1.0
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
+            ready, rest = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
+            if ready and rest:  # take everything else that is done too: one DB transaction for all of it
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            finished = []
             for ref in ready:
                 job, attempt = self.in_flight.pop(ref)
-                self._done(job, attempt, self._collect(ref, job))
+                finished += self._done(job, attempt, self._collect(ref, job))
+            _record(self.store, self.report, self.progress, finished)
             self.progress.tick(self.report, len(self.in_flight))
 
     def _submit(self, job: Job, attempt: int) -> None:
         if job.entry.gpu and not self.gpus:
             result = failure_result(job.entry, FailureKind.INTERNAL, "the job needs a GPU and no node offers one")
-            _record(self.store, self.report, self.progress, job.key, result, attempt)
+            _record(self.store, self.report, self.progress, [(job.key, result, attempt)])
             return
         opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if job.entry.gpu else 0, "name": f"convert {job.entry.source}"}
         if job.memory_bytes:
@@ -217,27 +220,30 @@ class _Driver:
         except ray.exceptions.RayError as exc:
             return failure_result(job.entry, FailureKind.WORKER_LOST, f"{type(exc).__name__}: {_first(exc)}")
 
-    def _done(self, job: Job, attempt: int, result: ConversionResult) -> None:
+    def _done(self, job: Job, attempt: int, result: ConversionResult) -> list[tuple[str, ConversionResult, int]]:
+        """The result to record, or none when a transient failure goes back in the queue."""
         kind = _kind(result)
         if kind is not None and kind.transient and attempt < self.options.max_attempts:
             delay = min(MAX_BACKOFF_S, self.options.backoff_s * 2 ** (attempt - 1))
             heapq.heappush(self.waiting, (time.monotonic() + delay, next(self._seq), job, attempt + 1))
             self.report.retries += 1
             self.progress.retry(job, result, attempt, delay)
-            return
-        _record(self.store, self.report, self.progress, job.key, result, attempt)
+            return []
+        return [(job.key, result, attempt)]
 
 
 def _record(
-    store: ResultStore, report: FarmReport, progress: Progress, key: str, result: ConversionResult, attempts: int
+    store: ResultStore, report: FarmReport, progress: Progress, finished: list[tuple[str, ConversionResult, int]]
 ) -> None:
-    result = replace(result, attempts=attempts)
-    store.record(report.run_id, key, result)
-    report.recorded += 1
-    report.by_status[result.status] += 1
-    if result.failure_kind:
-        report.by_kind[result.failure_kind] += 1
-    progress.result(report, result)
+    """Record finished jobs in one transaction, then count and show them."""
+    batch = [(key, replace(result, attempts=attempts)) for key, result, attempts in finished]
+    store.record_many(report.run_id, batch)
+    for _, result in batch:
+        report.recorded += 1
+        report.by_status[result.status] += 1
+        if result.failure_kind:
+            report.by_kind[result.failure_kind] += 1
+        progress.result(report, result)
 
 
 def _invalid_result(bad: InvalidRow) -> ConversionResult:

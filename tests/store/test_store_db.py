@@ -198,3 +198,20 @@ def test_a_driver_killed_mid_run_leaves_a_readable_file(tmp_path: Path) -> None:
     assert n_rows == 3 * jobs and nulls == 0  # ... and no job is half written
     assert run_status == "running"
     ResultStore(path).record("killed", "after", result("zoo/after", "bert", variants=good("after")))
+
+
+def test_record_many_is_one_transaction(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r1", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    a = result("zoo/a", "bert", variants=good("a"))
+    b = result("zoo/b", "gpt2", variants=good("b"))
+    store.record_many("r1", [("k-a", a), ("k-b", b)])
+    # a batch holding one already-recorded job writes nothing at all
+    with pytest.raises(StoreError, match="already recorded"):
+        store.record_many("r1", [("k-c", result("zoo/c", "vit", variants=good("c"))), ("k-a", a)])
+    assert rows(store, "SELECT DISTINCT job_key FROM results ORDER BY 1") == [("k-a",), ("k-b",)]
+    # a model twice in one batch: the second job's predecessor is the first
+    store.start_run("r2", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record_many("r2", [("k-a2", a), ("k-a3", a)])
+    got = rows(store, "SELECT job_key, job_seq, previous_job_seq FROM results WHERE variant = 'fp32' ORDER BY job_seq")
+    assert [(k, p) for k, _, p in got] == [("k-a", None), ("k-b", None), ("k-a2", got[0][1]), ("k-a3", got[2][1])]

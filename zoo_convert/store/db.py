@@ -106,23 +106,47 @@ class ResultStore:
 
     def record(self, run_id: str, job_key: str, result: ConversionResult) -> None:
         """Write one job's result rows, verification rows and op census in one transaction."""
+        self.record_many(run_id, [(job_key, result)])
+
+    def record_many(self, run_id: str, jobs: list[tuple[str, ConversionResult]]) -> None:
+        """Write several jobs in one transaction: all of them or none.
+
+        Opening the file dominates a small write, so the farm driver records every
+        result that is ready at once in one go.
+        """
+        if not jobs:
+            return
+        keys = [key for key, _ in jobs]
+        if len(set(keys)) != len(keys):
+            raise StoreError(f"a job is given twice in one batch for run {run_id!r}")
         with self._transaction() as con:
             if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
                 raise StoreError(f"unknown run {run_id!r}; call start_run first")
-            if con.execute("SELECT 1 FROM results WHERE run_id = ? AND job_key = ? LIMIT 1", [run_id, job_key]).fetchone():
-                raise StoreError(f"job {job_key!r} is already recorded in run {run_id!r}")
-            (seq,) = con.execute("SELECT coalesce(max(job_seq), 0) + 1 FROM results").fetchone()
-            (previous,) = con.execute(
-                "SELECT max(job_seq) FROM results WHERE source = ? AND revision IS NOT DISTINCT FROM ?"
-                " AND exporter IS NOT DISTINCT FROM ? AND opset_requested IS NOT DISTINCT FROM ?",
-                [result.source, result.revision, result.exporter, result.opset_requested],
+            dup = con.execute(
+                "SELECT job_key FROM results WHERE run_id = ? AND list_contains(?, job_key) LIMIT 1", [run_id, keys]
             ).fetchone()
-            rows = result_rows(result, run_id=run_id, job_key=job_key, job_seq=seq, recorded_at=_utcnow())
-            for row in rows:
-                row["previous_job_seq"] = previous
+            if dup:
+                raise StoreError(f"job {dup[0]!r} is already recorded in run {run_id!r}")
+            (seq,) = con.execute("SELECT coalesce(max(job_seq), 0) FROM results").fetchone()
+            rows, checks, census = [], [], []
+            latest: dict[tuple, int] = {}  # earlier jobs of this batch are predecessors too
+            for job_key, result in jobs:
+                seq += 1
+                model = (result.source, result.revision, result.exporter, result.opset_requested)
+                previous = latest.get(model)
+                if previous is None:
+                    (previous,) = con.execute(
+                        "SELECT max(job_seq) FROM results WHERE source = ? AND revision IS NOT DISTINCT FROM ?"
+                        " AND exporter IS NOT DISTINCT FROM ? AND opset_requested IS NOT DISTINCT FROM ?",
+                        list(model),
+                    ).fetchone()
+                latest[model] = seq
+                for row in result_rows(result, run_id=run_id, job_key=job_key, job_seq=seq, recorded_at=_utcnow()):
+                    rows.append({**row, "previous_job_seq": previous})
+                checks += verification_rows(result, run_id=run_id, job_key=job_key)
+                census += [{"run_id": run_id, "job_key": job_key, "op": op, "n": n} for op, n in result.op_census.items()]
             _insert(con, "results", rows)
-            _insert(con, "verification", verification_rows(result, run_id=run_id, job_key=job_key))
-            census = [{"run_id": run_id, "job_key": job_key, "op": op, "n": n} for op, n in result.op_census.items()]
+            _insert(con, "verification", checks)
             _insert(con, "op_census", census)
 
     def finish_run(self, run_id: str, *, status: str = "completed") -> None:
