@@ -82,6 +82,7 @@ class Settings:
         verify_shapes: (batch, sequence) pairs verification runs at; they differ
             from the exporter's dummy input so the dynamic axes are exercised.
         bench_warmup / bench_runs: latency measurement repetitions.
+        bench_budget_s: seconds of timed runs per side after which a slow model stops early.
         providers: ONNX Runtime execution providers, in preference order.
         threads: intra-op threads for torch and ORT inside one job.
         timeout_s: default hard timeout per job (farm only).
@@ -101,6 +102,7 @@ class Settings:
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
     bench_warmup: int = 3
     bench_runs: int = 20
+    bench_budget_s: float = 1.0
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     threads: int = 1
     timeout_s: float = 600.0

@@ -17,6 +17,7 @@ BENCH_BATCH = 1
 BENCH_SEQUENCE = 128
 # One second of 16 kHz audio for raw-waveform models.
 BENCH_AUDIO_SAMPLES = 16000
+MIN_RUNS = 5
 
 
 def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -> Latency:
@@ -46,7 +47,7 @@ def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -
             for _, _, session, feed in steps:
                 session.run(None, feed)
 
-        ort_ms = _timings(run_ort, settings.bench_warmup, settings.bench_runs)
+        ort_ms = _timings(run_ort, settings)
         torch_ms = _torch_timings(steps, settings)
     except ZooConvertError as exc:
         raise BenchmarkError(exc.message) from exc
@@ -74,18 +75,26 @@ def _torch_timings(steps: list[tuple[Any, Any, Any, Any]], settings: Settings) -
                 comp.torch_module(**case.torch_inputs)
 
     with torch_threads(settings.threads), torch.inference_mode():
-        return _timings(run_torch, settings.bench_warmup, settings.bench_runs)
+        return _timings(run_torch, settings)
 
 
-def _timings(fn: Callable[[], None], warmup: int, runs: int) -> list[float]:
-    """Milliseconds of ``runs`` calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
+def _timings(fn: Callable[[], None], settings: Settings) -> list[float]:
+    """Milliseconds of up to ``bench_runs`` calls after the warm-up ones.
+
+    A slow model stops early once ``bench_budget_s`` is spent (after at least
+    MIN_RUNS calls): the farm's throughput should not hinge on one big graph.
+    """
+    for _ in range(settings.bench_warmup):
         fn()
-    times = []
-    for _ in range(max(1, runs)):
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < max(1, settings.bench_runs):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
+        spent += times[-1] / 1000.0
+        if len(times) >= MIN_RUNS and spent > settings.bench_budget_s:
+            break
     return times
 
 
