@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -50,6 +51,20 @@ def test_fetch_resolves_tag_and_default_branch(hub: tuple[HubServer, dict[str, s
     # A full sha pins exactly that commit, even after main moved on.
     assert fetch(ManifestEntry(source=REPO, revision=sha["v1"]), settings).path == old.path
     assert (old.path / "model.safetensors").is_file() and old.task == "fill-mask"
+
+
+def test_offline_uses_the_cache_without_a_request(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
+    server, sha = hub
+    settings = _settings(server, tmp_path)
+    online = fetch(ManifestEntry(source=REPO, revision="v1"), settings)
+    before = len(server.log)
+    offline = dataclasses.replace(settings, offline=True)
+    again = fetch(ManifestEntry(source=REPO, revision="v1"), offline)
+    assert (again.path, again.resolved_revision) == (online.path, sha["v1"])
+    assert resolve_revision(ManifestEntry(source=REPO, revision="v1"), offline) == sha["v1"]
+    assert len(server.log) == before
+    with pytest.raises(FetchError, match="offline"):
+        fetch(ManifestEntry(source="zoo/never-fetched"), offline)
 
 
 def test_converted_result_records_the_commit_sha(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:

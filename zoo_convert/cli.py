@@ -283,6 +283,8 @@ def publish(
 @click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
+@click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
+@click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 def run(
     manifest_path: str,
     db_path: str,
@@ -295,6 +297,8 @@ def run(
     max_attempts: int,
     timeout_s: float,
     offline: bool,
+    hf_endpoint: str | None,
+    hf_cache: str | None,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
@@ -308,7 +312,14 @@ def run(
     """
     from .farm import FarmOptions, run_farm
 
-    settings = Settings(out_dir=str(Path(out_dir).resolve()), timeout_s=timeout_s, offline=offline)
+    # Hub settings travel in Settings: workers on other nodes do not see the driver's environment.
+    settings = Settings(
+        out_dir=str(Path(out_dir).resolve()),
+        timeout_s=timeout_s,
+        offline=offline,
+        hf_endpoint=hf_endpoint,
+        hf_cache=hf_cache,
+    )
     options = FarmOptions(
         address=address,
         num_cpus=num_cpus,

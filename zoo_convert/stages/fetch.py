@@ -52,6 +52,8 @@ def resolve_revision(entry: ManifestEntry, settings: Settings) -> str:
         if not path.is_dir():
             raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
         return folder_hash(path)
+    if settings.offline:
+        return _cached(entry, settings).name
     return _hub_call(lambda api: api.model_info(entry.source, revision=entry.revision).sha, entry, settings)
 
 
@@ -84,7 +86,25 @@ def folder_hash(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _cached(entry: ManifestEntry, settings: Settings) -> Path:
+    """The snapshot folder (named by its commit sha) of a hub checkpoint already in the local cache."""
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        _hub_call(
+            lambda api: snapshot_download(
+                entry.source, revision=entry.revision, cache_dir=settings.hf_cache, local_files_only=True
+            ),
+            entry,
+            settings,
+        )
+    )
+
+
 def _download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
+    if settings.offline:  # no model_info call: the cache alone says which commit we have
+        path = _cached(entry, settings)
+        return path, path.name
     info = _hub_call(lambda api: api.model_info(entry.source, revision=entry.revision), entry, settings)
     names = [s.rfilename for s in info.siblings or ()]
     has_safe = any(n.endswith(".safetensors") for n in names)
@@ -97,20 +117,20 @@ def _download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
     patterns = list(SIDE_FILES) + list(SAFE_WEIGHTS if has_safe else PICKLE_WEIGHTS)
     from huggingface_hub import snapshot_download
 
-    # Pin the sha we just resolved so the folder and the recorded revision agree.
+    # By the asked revision, so the cache learns the ref for offline runs; the snapshot
+    # folder is named by the commit it holds, which is what we record.
     local = _hub_call(
         lambda api: snapshot_download(
             entry.source,
-            revision=info.sha,
+            revision=entry.revision,
             allow_patterns=patterns,
             cache_dir=settings.hf_cache,
             endpoint=settings.hf_endpoint,
-            local_files_only=settings.offline,
         ),
         entry,
         settings,
     )
-    return Path(local), info.sha
+    return Path(local), Path(local).name
 
 
 def _hub_call(fn: Any, entry: ManifestEntry, settings: Settings) -> Any:
