@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,17 +27,22 @@ def cluster() -> Iterator[Cluster]:
     c.shutdown()
 
 
-class KillNodeAfterFirstResult(Progress):
-    """Removes a worker node (SIGKILL, no drain) as soon as the first result is recorded."""
+class KillNodeWhileBusy(Progress):
+    """Removes a worker node (SIGKILL, no drain) a few seconds into the run.
+
+    Each node has one CPU and the first job on a node also warms its fork server
+    (several seconds), so by then both nodes are running a job: the kill lands mid-job.
+    """
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(live=False)
         self.cluster = cluster
         self.killed = False
+        self.started = time.monotonic()
 
-    def result(self, report: FarmReport, result: ConversionResult) -> None:
-        super().result(report, result)
-        if not self.killed:
+    def tick(self, report: FarmReport, running: int) -> None:
+        super().tick(report, running)
+        if not self.killed and report.recorded == 0 and time.monotonic() - self.started > 2.0:
             self.cluster.remove_node(list(self.cluster.worker_nodes)[-1], allow_graceful=False)
             self.killed = True
 
@@ -47,7 +53,7 @@ def test_node_lost_mid_run(cluster: Cluster, zoo_dir: Path, tmp_path: Path) -> N
     rows.append({"source": str(zoo_dir / "bert"), "task": "feature-extraction", "variants": ["fp32"], "gpu": True})
     manifest = write_manifest(rows, tmp_path / "m.parquet")
     db = tmp_path / "r.duckdb"
-    progress = KillNodeAfterFirstResult(cluster)
+    progress = KillNodeWhileBusy(cluster)
     report = run_farm(
         manifest,
         db_path=db,
