@@ -13,7 +13,7 @@ from ray.cluster_utils import Cluster
 
 from zoo_convert.farm import FarmOptions, FarmReport, Progress, run_farm
 from zoo_convert.manifest import write_manifest
-from zoo_convert.records import ConversionResult, Settings
+from zoo_convert.records import Settings
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,6 @@ import ray.autoscaler
 import yaml
 from ray.scripts.scripts import cli as ray_cli
 
-from zoo_convert.cli import cli as zoo_cli
 
 REPO = Path(__file__).resolve().parents[1]
 INFRA = REPO / "infra"
