@@ -53,6 +53,7 @@ CREATE TABLE results (
     run_id            VARCHAR NOT NULL,
     job_key           VARCHAR NOT NULL,
     job_seq           BIGINT NOT NULL,
+    previous_job_seq  BIGINT,  -- the same model's previous job, set by the writer
     recorded_at       TIMESTAMP NOT NULL,
     source            VARCHAR NOT NULL,
     revision          VARCHAR,
@@ -163,15 +164,16 @@ FROM result_cells c
 SEMI JOIN latest_results l ON c.job_seq = l.job_seq
 GROUP BY ALL;
 
+-- A job is compared with its model's previous job through results.previous_job_seq:
+-- one hash join, where windowing the whole history cost 1-2 s at 1M rows.
 CREATE VIEW regressions AS
-WITH history AS (
+WITH pairs AS (
     SELECT c.*, runs.run_seq,
-        lag(c.run_id)     OVER w AS previous_run_id,
-        lag(c.status)     OVER w AS previous_status,
-        lag(c.max_abs)    OVER w AS previous_max_abs,
-        lag(c.ort_p50_ms) OVER w AS previous_ort_p50_ms
-    FROM result_cells c JOIN runs USING (run_id)
-    WINDOW w AS (PARTITION BY c.source, c.revision, c.exporter, c.opset_requested, c.variant ORDER BY c.job_seq)
+        p.run_id AS previous_run_id, p.status AS previous_status,
+        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms
+    FROM result_cells c
+    JOIN runs USING (run_id)
+    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
 ),
 found AS (
     SELECT *, unnest([
@@ -181,8 +183,7 @@ found AS (
         CASE WHEN status = 'passed' AND previous_status = 'passed'
              AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
     ]) AS regression
-    FROM history
-    WHERE previous_run_id IS NOT NULL
+    FROM pairs
 )
 SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
     coalesce(opset, opset_requested) AS opset, variant, model_type, task,
@@ -223,89 +224,6 @@ CREATE TABLE publications (
 );
 """
 
-# The first regressions view windowed every column of every result over five
-# VARCHAR keys (1.5 s at 1M rows); this one windows a narrow projection over one
-# hashed key (0.3 s). Same columns, same rows.
-_FAST_REGRESSIONS = """
-CREATE OR REPLACE VIEW regressions AS
-WITH history AS (
-    SELECT c.run_id, runs.run_seq, c.source, c.revision, c.exporter, c.opset, c.opset_requested, c.variant,
-        c.model_type, c.task, c.status, c.max_abs, c.ort_p50_ms, c.failure_kind, c.stage, c.message, c.job_key,
-        lag(c.run_id)     OVER w AS previous_run_id,
-        lag(c.status)     OVER w AS previous_status,
-        lag(c.max_abs)    OVER w AS previous_max_abs,
-        lag(c.ort_p50_ms) OVER w AS previous_ort_p50_ms
-    FROM result_cells c JOIN runs USING (run_id)
-    WINDOW w AS (PARTITION BY hash(c.source, c.revision, c.exporter, c.opset_requested, c.variant) ORDER BY c.job_seq)
-),
-found AS (
-    SELECT *, unnest([
-        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
-        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
-        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
-        CASE WHEN status = 'passed' AND previous_status = 'passed'
-             AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
-    ]) AS regression
-    FROM history
-    WHERE previous_run_id IS NOT NULL
-)
-SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
-    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
-    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
-    failure_kind, stage, message, job_key
-FROM found
-WHERE regression IS NOT NULL;
-"""
-
-
-# Regressions compare a job with its model's previous job. Windowing the whole
-# history for that cost 1-2 s at 1M rows on 2 busy cores; the writer now stores
-# each job's predecessor (``previous_job_seq``), so the view is one hash join.
-_PREDECESSORS = """
-ALTER TABLE results ADD COLUMN previous_job_seq BIGINT;
-
-UPDATE results SET previous_job_seq = p.previous_job_seq
-FROM (
-    SELECT job_seq, lag(job_seq) OVER (
-        PARTITION BY hash(source, revision, exporter, opset_requested) ORDER BY job_seq) AS previous_job_seq
-    FROM (SELECT DISTINCT job_seq, source, revision, exporter, opset_requested FROM results)
-) p
-WHERE results.job_seq = p.job_seq;
-
-CREATE OR REPLACE VIEW result_cells AS
-SELECT r.* EXCLUDE (variant), coalesce(r.variant, v.variant) AS variant
-FROM results r
-LEFT JOIN (VALUES @VARIANTS@) v(variant) ON r.variant IS NULL
-WHERE r.failure_kind IS DISTINCT FROM 'manifest_error';
-
-CREATE OR REPLACE VIEW regressions AS
-WITH pairs AS (
-    SELECT c.*, runs.run_seq,
-        p.run_id AS previous_run_id, p.status AS previous_status,
-        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms
-    FROM result_cells c
-    JOIN runs USING (run_id)
-    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
-),
-found AS (
-    SELECT *, unnest([
-        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
-        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
-        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
-        CASE WHEN status = 'passed' AND previous_status = 'passed'
-             AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
-    ]) AS regression
-    FROM pairs
-)
-SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
-    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
-    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
-    failure_kind, stage, message, job_key
-FROM found
-WHERE regression IS NOT NULL;
-""".replace("@VARIANTS@", VARIANT_VALUES)
-
-
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -319,8 +237,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables", _TABLES),
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
-    Migration(4, "fast regressions", _FAST_REGRESSIONS),
-    Migration(5, "predecessors", _PREDECESSORS),
 )
 
 SCHEMA_MIGRATIONS = """
