@@ -8,6 +8,7 @@ nothing of Ray or DuckDB, so it runs the same in the CLI, a test, or a farm job.
 from __future__ import annotations
 
 import contextlib
+import functools
 import resource
 import socket
 import time
@@ -18,7 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import FailureKind, ZooConvertError
-from .records import FAILED, PASSED, ConversionResult, ManifestEntry, Settings, StageResult, VariantResult
+from .records import (
+    FAILED,
+    PASSED,
+    ConversionResult,
+    ManifestEntry,
+    Settings,
+    StageResult,
+    VariantResult,
+)
 from .stages import Artifact, ExportedModel
 from .versions import toolchain_versions
 
@@ -219,8 +228,9 @@ def _status(entry: ManifestEntry, variants: list[VariantResult]) -> str:
     return PASSED if variants and all(v.status == PASSED for v in variants) else FAILED
 
 
+@functools.cache
 def _quiet_libraries() -> None:
-    """Silence the exporters' tracer chatter: what matters is recorded, and farm logs stay readable."""
+    """Silence the exporters' tracer chatter once per process: what matters is recorded."""
     import logging
     import warnings
 
