@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -319,6 +321,14 @@ def test_a_graph_onnx_runtime_crashes_on_fails_only_its_variant(zoo_export, tmp_
     assert artifacts["fp32"].files
     fp16 = artifacts["fp16"]
     assert fp16.files or "ONNX Runtime crashed (signal" in fp16.details["error"]
+
+
+def test_a_crash_while_loading_is_an_optimize_error(tmp_path: Path) -> None:
+    def segfault(path: str) -> None:
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    with pytest.raises(OptimizeError, match=r"ONNX Runtime crashed \(signal 11\) loading model_fp16.onnx"):
+        _load(tmp_path / "model_fp16.onnx", open_session=segfault)
 
 
 def test_load_reports_why_onnx_runtime_refused(tmp_path: Path) -> None:

@@ -393,7 +393,15 @@ def _unshadow_branch_outputs(graph: onnx.GraphProto, outer: frozenset[str] = fro
 LOAD_TIMEOUT_S = 300.0
 
 
-def _load(path: Path) -> None:
+def _open_session(path: str) -> None:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def _load(path: Path, open_session: Callable[[str], None] = _open_session) -> None:
     """Fail now, not in verify, if ONNX Runtime's CPU kernels cannot load this graph.
 
     In a forked child: ORT's CPU graph transformers segfault on some fp16 graphs (wavlm),
@@ -401,7 +409,7 @@ def _load(path: Path) -> None:
     onnxruntime (~20 ms, where a fresh interpreter costs ~400 ms per graph); the child
     touches neither torch nor OpenMP, so forking a process that ran torch is safe here.
     """
-    import onnxruntime as ort
+    import onnxruntime  # noqa: F401 - imported before the fork, so the child pays nothing
 
     read, write = os.pipe()
     pid = os.fork()
@@ -409,9 +417,7 @@ def _load(path: Path) -> None:
         os.close(read)
         code = 0
         try:
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = 1
-            ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            open_session(str(path))
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
             os.write(write, str(exc).strip().encode()[-2000:])
             code = 1
