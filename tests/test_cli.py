@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from zoo_convert.cli import cli
 
@@ -66,3 +67,28 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([EXE, "convert", str(tmp_path), "--out", str(tmp_path), "--variants", "fp64"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and re.search(r"unknown variant", proc.stderr)
+
+
+def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32,int8",
+         "--no-optimize", "--no-benchmark"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("  fp32", "  int8"))}
+    assert set(lines) == {"fp32", "int8"}
+    assert all("passed" in line and "latency not measured" in line for line in lines.values()), proc.stdout
+    stages = next(line for line in proc.stdout.splitlines() if line.startswith("  stages:"))
+    assert "verify[fp32]" in stages and "benchmark" not in stages and "ort p50" not in proc.stdout
+    record = json.loads(next(tmp_path.rglob("result.json")).read_text())
+    assert record["variants"][0]["optimizer"]["methods"] == ["none"]
+    assert record["variants"][0]["ort_p50_ms"] is None
+
+
+@pytest.mark.parametrize("command", ["run", "convert"])
+def test_no_optimize_and_no_benchmark_are_listed_in_help(command: str) -> None:
+    proc = subprocess.run([EXE, command, "--help"], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout
+    assert "skip the latency measurement" in proc.stdout

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+import onnx
 import pyarrow.parquet as pq
 import pytest
 
+from zoo_convert import pipeline
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
@@ -84,3 +88,64 @@ def test_bad_input_is_a_recorded_failure(
     assert (result.status, result.failure_kind, result.stage) == ("failed", kind, stage), result.message
     assert result.message and result.traceback
     json.loads(result.to_json())
+
+
+def _census(path: Path) -> Counter[str]:
+    return Counter(n.op_type for n in onnx.load(str(path)).graph.node)
+
+
+@pytest.fixture(scope="module")
+def unoptimized(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[ConversionResult, str]:
+    """The zoo bert with --no-optimize --no-benchmark, and the sha256 of model.onnx as export left it."""
+    out = tmp_path_factory.mktemp("unoptimized")
+    exported: dict[str, str] = {}
+
+    def hash_export(stage: str) -> None:
+        if stage == "optimize":  # export and check are done; nothing has touched onnx/ since
+            (path,) = out.rglob("onnx/model.onnx")
+            exported["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+
+    pipeline.on_stage = hash_export
+    try:
+        result = convert_one(
+            ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
+            Settings(out_dir=str(out), optimize=False, benchmark=False),
+        )
+    finally:
+        pipeline.on_stage = None
+    return result, exported["sha256"]
+
+
+def test_no_optimize_no_benchmark_verifies_the_export_as_written(
+    unoptimized: tuple[ConversionResult, str], zoo_dir: Path, tmp_path: Path
+) -> None:
+    result, exported_sha256 = unoptimized
+    assert result.passed, result.message
+    assert [s.stage for s in result.stages] == ["fetch", "export", "check", "optimize", "verify", "verify", "verify"]
+    model = Path(result.artifacts_dir, "onnx", "model.onnx")
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == exported_sha256
+    fp32 = result.variant("fp32")
+    assert fp32.status == "passed" and fp32.max_abs <= 1e-4 and {o.shape for o in fp32.outputs} == {"1x7", "3x19"}
+    assert fp32.optimizer["fusion_applied"] is False and fp32.optimizer["methods"] == ["none"]
+    for v in result.variants:
+        assert (v.ort_p50_ms, v.ort_p90_ms, v.torch_p50_ms, v.torch_p90_ms, v.speedup) == (None,) * 5, v.variant
+    assert _census(model)["Attention"] == _census(model)["SkipLayerNormalization"] == 0
+    # The default run fuses the same checkpoint: the test above would notice if --no-optimize did too.
+    default = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",)),
+        Settings(out_dir=str(tmp_path), **FAST),
+    )
+    fused = _census(Path(default.artifacts_dir, "onnx", "model.onnx"))
+    assert fused["Attention"] > 0 and fused["SkipLayerNormalization"] > 0
+    assert "benchmark" in [s.stage for s in default.stages] and default.variant("fp32").ort_p50_ms > 0
+
+
+def test_no_optimize_still_makes_and_verifies_every_variant(unoptimized: tuple[ConversionResult, str]) -> None:
+    result, _ = unoptimized
+    assert {v.variant: v.status for v in result.variants} == dict.fromkeys(("fp32", "fp16", "int8"), "passed")
+    assert sorted(s.details["variant"] for s in result.stages if s.stage == "verify") == ["fp16", "fp32", "int8"]
+    onnx_dir = Path(result.artifacts_dir, "onnx")
+    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx"}
+    assert result.variant("fp16").optimizer["components"]["model"]["source"] == "plain export"
+    assert result.variant("fp16").max_abs <= 5e-2 and result.variant("int8").min_cosine >= 0.98
+    assert _census(onnx_dir / "model_quantized.onnx")["MatMulInteger"] > 0

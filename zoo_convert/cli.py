@@ -39,6 +39,14 @@ def _variants(value: str) -> tuple[str, ...]:
     return names
 
 
+# Shared by convert and run: the cheap compatibility answer (does it export, does ORT match PyTorch?).
+_NO_OPTIMIZE = click.option(
+    "--no-optimize", is_flag=True,
+    help="keep the plain export as the fp32 artifact (no graph fusion), like optimum-cli without --optimize",
+)
+_NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
+
+
 @cli.command()
 @click.argument("source")
 @click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
@@ -49,6 +57,8 @@ def _variants(value: str) -> tuple[str, ...]:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
 @click.option("--allow-remote-code", is_flag=True, help="let transformers run code shipped with the checkpoint.")
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
+@_NO_OPTIMIZE
+@_NO_BENCHMARK
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
 def convert(
     source: str,
@@ -60,13 +70,17 @@ def convert(
     out_dir: str,
     allow_remote_code: bool,
     allow_pickle: bool,
+    no_optimize: bool,
+    no_benchmark: bool,
     as_json: bool,
 ) -> None:
     """Convert one checkpoint (hub id or local folder) and verify it.
 
     Example:
 
+    \b
         zoo-convert convert build/zoo/bert --out build/onnx --variants fp32,int8
+        zoo-convert convert build/zoo/bert --out build/onnx --no-optimize --no-benchmark
     """
     from .pipeline import convert_one
     from .report import summary
@@ -81,7 +95,7 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
-    result = convert_one(entry, Settings(out_dir=out_dir))
+    result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
@@ -285,6 +299,8 @@ def publish(
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
+@_NO_OPTIMIZE
+@_NO_BENCHMARK
 def run(
     manifest_path: str,
     db_path: str,
@@ -299,6 +315,8 @@ def run(
     offline: bool,
     hf_endpoint: str | None,
     hf_cache: str | None,
+    no_optimize: bool,
+    no_benchmark: bool,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
@@ -319,6 +337,8 @@ def run(
         offline=offline,
         hf_endpoint=hf_endpoint,
         hf_cache=hf_cache,
+        optimize=not no_optimize,
+        benchmark=not no_benchmark,
     )
     options = FarmOptions(
         address=address,

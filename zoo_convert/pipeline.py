@@ -33,7 +33,7 @@ from .versions import toolchain_versions
 
 
 def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
-    """Fetch, export, check, optimize, verify and benchmark one checkpoint; never raises."""
+    """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
     from .stages import check, export, fetch, optimize
 
     _quiet_libraries()
@@ -76,7 +76,7 @@ def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
 
 
 def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact, settings: Settings) -> VariantResult:
-    """Verify one variant, then time it; a failure here fails this variant only."""
+    """Verify one variant, then time it unless ``settings.benchmark`` is off; a failure fails this variant only."""
     from .stages import benchmark, verify
 
     base = VariantResult(
@@ -93,6 +93,8 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
         base = replace(base, outputs=ver.checks, **worst)
         if not ver.passed:
             return replace(base, failure_kind=FailureKind.VERIFY_NUMERICS.value, message=ver.message)
+        if not settings.benchmark:
+            return replace(base, status=PASSED)
         with run.stage("benchmark", variant=artifact.variant):
             lat = benchmark.benchmark(exported, artifact, settings)
         return replace(

@@ -2,8 +2,9 @@
 
 A job's cache key hashes the resolved checkpoint (hub commit sha or ``sha256:``
 of a local folder), the entry's conversion settings, the farm settings that
-change what is verified, and the toolchain versions. The same key means the
-same answer, so a nightly rerun of an unchanged manifest has nothing to do.
+change what is built, verified or measured, and the toolchain versions. The
+same key means the same answer, so a nightly rerun of an unchanged manifest
+has nothing to do.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         "verify_shapes": settings.verify_shapes,
         "providers": settings.providers,
         "external_data_threshold": settings.external_data_threshold,
+        # Always present: a --no-benchmark result has no latencies, so a default run must not reuse it.
+        "optimize": settings.optimize,
+        "benchmark": settings.benchmark,
         "versions": versions,
     }
     text = json.dumps(blob, sort_keys=True, default=str)

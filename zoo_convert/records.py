@@ -89,6 +89,9 @@ class Settings:
         hf_endpoint / hf_cache: Hub location and cache; None uses huggingface_hub's defaults.
         offline: never touch the network (HF_HUB_OFFLINE semantics).
         external_data_threshold: models above this many bytes store weights as external data.
+        optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
+            (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
+        benchmark: measure latency; False skips the benchmark stage (``--no-benchmark``).
     """
 
     out_dir: str = "artifacts"
@@ -110,6 +113,8 @@ class Settings:
     hf_cache: str | None = None
     offline: bool = False
     external_data_threshold: int = 2 * 1024**3
+    optimize: bool = True
+    benchmark: bool = True
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,23 @@ def test_bert_int8_keeps_the_matmuls_after_gelu_float(bert_variants) -> None:
     assert int8.details["components"]["model"]["quantized_ops"]["MatMulInteger"] == 10
 
 
+def test_no_optimize_keeps_the_plain_export_as_fp32(exports, tmp_path: Path) -> None:
+    """--no-optimize: fp32 is the export byte for byte; fp16 is converted from it, int8 quantized as always."""
+    exported = _exported(exports["bert"], tmp_path)
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    artifacts = optimize(exported, VARIANTS, Settings(optimize=False))
+    fp32 = artifacts["fp32"]
+    assert fp32.files["model"].read_bytes() == plain.read_bytes()
+    assert fp32.details["fusion_applied"] is False and fp32.details["methods"] == ["none"]
+    assert fp32.details["components"]["model"]["note"] == "optimization off (--no-optimize)"
+    assert "fused_operator_statistics" not in fp32.details["components"]["model"]
+    assert artifacts["fp16"].details["components"]["model"]["source"] == "plain export"
+    fp16_ops = _census(artifacts["fp16"].files["model"])
+    assert fp16_ops["Attention"] == fp16_ops["SkipLayerNormalization"] == 0
+    assert _census(artifacts["int8"].files["model"])["MatMulInteger"] > 0
+    assert all("error" not in a.details for a in artifacts.values())
+
+
 def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -> None:
     exported = _exported(exports["resnet"], tmp_path)
     artifacts = optimize(exported, VARIANTS, Settings())

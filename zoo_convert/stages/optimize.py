@@ -9,10 +9,11 @@ Per component, in this order (it matters):
 2. fp32  the onnxruntime transformers optimizer where the model type maps to one of
          its fusers; else, or when it fused nothing, broke the graph or changed its
          outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
-         writes hardware-specific layouts); else the plain export, unchanged.
+         writes hardware-specific layouts); else the plain export, unchanged. With
+         ``Settings.optimize`` off (``--no-optimize``) the plain export, untouched and unrun.
 3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept; where
          ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
-         the plain export converted the same way.
+         or with ``--no-optimize``, the plain export converted the same way.
 4. the optimized fp32 graph replaces ``<component>.onnx``.
 
 Every candidate is written to a scratch folder and checked against the plain export
@@ -263,6 +264,14 @@ def _fp32(
     settings: Settings,
 ) -> tuple[Path, dict[str, Any]]:
     """The first candidate that loads and matches the plain export: fusion, ORT offline, unchanged."""
+    if not settings.optimize:
+        return component.path, {
+            "model_type": exported.checkpoint.model_type,
+            "method": "none",
+            "fusion_applied": False,
+            "fused_ops": {},
+            "note": "optimization off (--no-optimize)",
+        }
     feeds = _feeds(component.path, exported.checkpoint.config)
     tolerance = settings.tolerances["fp32"].max_abs if "fp32" in settings.tolerances else 1e-4
     reference = _run(component.path, feeds, settings)
@@ -334,6 +343,10 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
 
 def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
+    if source == plain:  # fp32 is the plain export (--no-optimize, or nothing applied): no second try
+        _save(_to_fp16(plain), out, external)
+        _load(out)
+        return out, {"source": "plain export", "io": "keep_io_types"}
     try:
         _save(_to_fp16(source), out, external)
         _load(out)
