@@ -73,7 +73,7 @@ def measure(tmp: Path, model: Path, task: str, reps: int) -> int:
         t0 = time.perf_counter()
         assert run_isolated(tiny_result, entry, settings(i, "noop")).passed
         noop.append(time.perf_counter() - t0)
-    server_rss = rss_bytes(fork_server().proc.pid) / 2**20
+    server_rss = rss_bytes(fork_server().server_pid) / 2**20
     overhead = 1000 * statistics.median(b - a for a, b in zip(inproc, iso))
     noop_ms = 1000 * statistics.median(noop)
     print(f"median in-process {statistics.median(inproc):.3f} s, isolated {statistics.median(iso):.3f} s")

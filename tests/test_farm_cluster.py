@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +14,24 @@ from ray.cluster_utils import Cluster
 
 from zoo_convert.farm import FarmOptions, FarmReport, Progress, run_farm
 from zoo_convert.manifest import write_manifest
-from zoo_convert.records import Settings
+from zoo_convert.pipeline import convert_one
+from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+
+TESTS = Path(__file__).resolve().parent
+JOB_S = 4.0
+
+
+def slow_convert(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+    """The real pipeline, a few seconds late: the node is removed while both nodes are inside a job."""
+    time.sleep(JOB_S)
+    return convert_one(entry, settings)
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
+    # the nodes' workers import this module to unpickle slow_convert
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old) if p)
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     for _ in range(2):
         c.add_node(num_cpus=1, num_gpus=1)
@@ -25,13 +39,17 @@ def cluster() -> Iterator[Cluster]:
     yield c
     ray.shutdown()
     c.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH")
+    else:
+        os.environ["PYTHONPATH"] = old
 
 
 class KillNodeWhileBusy(Progress):
     """Removes a worker node (SIGKILL, no drain) a few seconds into the run.
 
-    Each node has one CPU and the first job on a node also warms its fork server
-    (several seconds), so by then both nodes are running a job: the kill lands mid-job.
+    Each node has one CPU and every job takes longer than JOB_S, so by then both
+    nodes are running a job: the kill lands mid-job.
     """
 
     def __init__(self, cluster: Cluster) -> None:
@@ -59,6 +77,7 @@ def test_node_lost_mid_run(cluster: Cluster, zoo_dir: Path, tmp_path: Path) -> N
         db_path=db,
         settings=Settings(out_dir=str(tmp_path / "out"), bench_warmup=0, bench_runs=2),
         options=FarmOptions(address=cluster.address, backoff_s=0.1),
+        job_fn=slow_convert,
         progress=progress,
     )
     assert progress.killed and report.recorded == len(rows)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from zoo_convert.isolation import run_isolated
+from zoo_convert.isolation import ForkServer, fork_server, run_isolated
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
+
+TESTS = Path(__file__).resolve().parent
 
 ENTRY = ManifestEntry(source="fault", row=7, tags=("t",))
 
@@ -93,3 +97,75 @@ def test_faults_become_results(fn, kwargs: dict, kind: str, settings: Settings) 
     assert time.monotonic() - t0 < 30
     # the server survives: the next job runs normally
     assert run_isolated(quick, ENTRY, settings).passed
+
+
+def where_am_i(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+    """Reports the child's parent (the server), GPU mask and working directory."""
+    seen = f"{os.getppid()} {os.environ.get('CUDA_VISIBLE_DEVICES')} {os.getcwd()}"
+    return ConversionResult(source=entry.source, status=PASSED, message=seen)
+
+
+def hang_with_pidfile(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+    Path(settings.out_dir, "job.pid").write_text(str(os.getpid()))
+    time.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+def _in_another_process(job: str, out_dir: Path) -> subprocess.Popen:
+    """Another caller on this machine (a second Ray worker, say) running ``job`` from this module."""
+    code = (
+        "from test_isolation import *; from zoo_convert.records import Settings;"
+        f"print(run_isolated({job}, ENTRY, Settings(out_dir={str(out_dir)!r})).message)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+
+
+def test_callers_share_one_server_and_jobs_run_in_the_callers_context(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # as Ray sets it for a GPU task
+    monkeypatch.chdir(tmp_path)
+    server, gpus, cwd = run_isolated(where_am_i, ENTRY, settings).message.split()
+    assert (gpus, cwd) == ("3", str(tmp_path)) and int(server) == fork_server().server_pid
+    other = _in_another_process("where_am_i", tmp_path)
+    assert other.communicate(timeout=120)[0].split()[0] == server  # one warm parent per machine, not per caller
+
+
+def test_a_job_dies_with_its_caller(settings: Settings, tmp_path: Path) -> None:
+    caller = _in_another_process("hang_with_pidfile", tmp_path)
+    pidfile = tmp_path / "job.pid"
+    deadline = time.monotonic() + 120
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job = int(pidfile.read_text())
+    caller.kill()  # a Ray worker lost with its node
+    caller.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{job}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{job}").exists()
+    assert run_isolated(quick, ENTRY, settings).passed  # the server itself carries on
+
+
+def test_a_killed_server_is_reported_then_replaced(settings: Settings) -> None:
+    assert run_isolated(quick, ENTRY, settings).passed
+    old = fork_server().server_pid
+    os.kill(old, signal.SIGKILL)
+    lost = run_isolated(quick, ENTRY, settings)
+    assert lost.failure_kind == "worker_lost", lost.message  # the farm retries these
+    assert run_isolated(quick, ENTRY, settings).passed
+    assert fork_server().server_pid not in (None, old)
+
+
+def test_a_server_nobody_uses_exits(tmp_path: Path, settings: Settings) -> None:
+    address = str(tmp_path / "s" / "fork.sock")
+    (tmp_path / "s").mkdir(mode=0o700)
+    client = ForkServer(address, preload="zoo_convert.records", linger_s=0.5)  # a light preload: no warm-up
+    client.run(quick, ENTRY, settings, str(tmp_path / "r.json"), 30, None)
+    pid = client.server_pid
+    client.close()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() and not Path(address).exists()

@@ -33,7 +33,7 @@ import ray
 import ray.exceptions
 
 from .errors import FailureKind, ManifestError
-from .isolation import JobFn, failure_result, run_isolated
+from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
 from .pipeline import convert_one
 from .plan import InvalidRow, Job, make_plan
@@ -120,6 +120,8 @@ def run_farm(
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
     started_ray = bool(plan.jobs) and not ray.is_initialized()
+    if started_ray and options.address is None:
+        _prestart_fork_server()
     if started_ray:
         _init_ray(options)
     report.ray_started = bool(plan.jobs)
@@ -250,6 +252,18 @@ def _invalid_result(bad: InvalidRow) -> ConversionResult:
     source = bad.values.get("source")
     entry = ManifestEntry(source=str(source) if source else f"<manifest row {bad.problem.row}>", row=bad.problem.row)
     return failure_result(entry, FailureKind.MANIFEST_ERROR, bad.problem.reason, stage="manifest")
+
+
+def _prestart_fork_server() -> None:
+    """Start this machine's fork server now, so its warm-up runs while ``ray.init`` starts the local instance.
+
+    The local workers find it at its socket; the driver's connection keeps it up for the run.
+    A failure here only costs time: the first worker to need the server tries again.
+    """
+    try:
+        fork_server()
+    except (OSError, RuntimeError) as exc:
+        print(f"zoo_convert: could not prestart the fork server ({exc}); the workers will", file=sys.stderr)
 
 
 def _init_ray(options: FarmOptions) -> None:

@@ -1,22 +1,36 @@
 """Run one job in a killable child process forked from a warm parent.
 
 Importing torch, transformers and optimum costs seconds; forking costs tens of
-milliseconds. Each process that runs jobs (a Ray worker, a test) lazily starts
-one fork server: a fresh ``python`` that imports :mod:`zoo_convert._warm`
-(the toolchain, plus one tiny conversion run single-threaded) and then forks one
+milliseconds. Every process on a machine that runs jobs (each Ray worker, the
+driver, a test) shares one fork server: a daemon that imports
+:mod:`zoo_convert._warm` (the toolchain, plus one tiny conversion run
+single-threaded), freezes its heap for the garbage collector, and then forks one
 child per job. A job pays neither the imports nor the first-call costs, and
 whatever the child does (hang, segfault, eat memory) cannot take down the caller::
 
-    caller (Ray worker) --request--> fork server (warm) --fork--> job child
-        |  <-- child pid, later its wait status --                  |
-        |  watches wall clock and the child's resident memory;      |
-        |  kills the child by pid                                   |
-        +<------------------- result.json (a temp file) ------------+
+    caller (Ray worker) --unix socket--> fork server (warm, one per machine) --fork--> job child
+        |  <-- child pid, later its wait status --                                   |
+        |  watches wall clock and the child's resident memory;                       |
+        |  kills the child by pid                                                    |
+        +<-------------------------------- result.json (a temp file) ----------------+
+
+One server per machine, not per worker: a warm parent holds ~500 MB, so a 64-CPU
+node keeps one instead of 64, and it warms up once. The first process that needs
+it starts it (under a lock file), so a farm driver that starts a local Ray
+instance starts it before ``ray.init`` and the warm-up overlaps Ray's start-up.
+The server lives while any caller is connected and exits ``LINGER_S`` after the
+last one leaves. Its socket lives in a per-user 0700 folder and it serves its
+own user only (``SO_PEERCRED``): requests carry pickled code. The socket name
+hashes the interpreter and zoo_convert's source, so a changed checkout never
+reaches an old server. The server never unpickles a job itself: the child does,
+after taking the caller's ``sys.path``, environment (``CUDA_VISIBLE_DEVICES``
+as Ray set it for that task) and working directory.
 
 The caller never forks itself: a Ray worker is multithreaded, and forking a
 process whose OpenMP pool is running deadlocks the child. (multiprocessing's
 own forkserver would do, but it re-imports the caller's ``__main__`` in every
-child: Ray's worker script, at a cost of a second per job.)
+child: Ray's worker script, at a cost of a second per job.) The server and the
+jobs write their output to ``<socket>.log``.
 
 Exit mapping: a hard timeout -> ``timeout``; RSS above the job's limit (killed
 by us) or SIGKILL from elsewhere (the kernel's OOM killer) -> ``oom``; any other
@@ -26,11 +40,17 @@ signal or an exit without a result -> ``crash``; the fork server itself gone ->
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
+import functools
+import gc
+import hashlib
 import json
 import os
 import pickle
 import select
+import selectors
 import signal
 import socket
 import struct
@@ -45,6 +65,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import __version__
 from .errors import FailureKind
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
 from .versions import toolchain_versions
@@ -54,6 +75,8 @@ JobFn = Callable[[ManifestEntry, Settings], ConversionResult]
 WARM_MODULE = "zoo_convert._warm"
 # How often the caller samples the child's memory; the child's exit is noticed at once.
 POLL_S = 0.05
+# How long the server waits for a caller once the last one has left.
+LINGER_S = 10.0
 _PR_SET_PDEATHSIG = 1
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
@@ -62,6 +85,7 @@ _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort",
 
 class _ServerLost(Exception):
     """The fork server closed its socket (it died or was killed)."""
+
 
 
 def run_isolated(
@@ -97,88 +121,227 @@ def run_isolated(
 
 
 class ForkServer:
-    """Client side of one warm fork server process; one job at a time."""
+    """One connection to the machine's fork server; one job at a time."""
 
-    def __init__(self, preload: str = WARM_MODULE) -> None:
-        ours, theirs = socket.socketpair()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        code = f"from zoo_convert.isolation import _serve; _serve({theirs.fileno()}, {preload!r})"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env
-        )
-        theirs.close()
-        self.sock = ours
+    def __init__(self, address: str | None = None, preload: str = WARM_MODULE, linger_s: float = LINGER_S) -> None:
+        self.address = address or default_address(preload)
+        self.preload, self.linger_s = preload, linger_s
+        self.sock = _connect_or_start(self.address, preload, linger_s)
         self.lock = threading.Lock()
+        self.lost = False
+        self.server_pid: int | None = None  # known after the first job
+        self._fresh = True
 
     def run(
         self, job_fn: JobFn, entry: ManifestEntry, settings: Settings, out: str, timeout: float, limit: int | None
     ) -> tuple[FailureKind | None, int]:
         """Fork one child for the job and watch it; return (our verdict or None, its wait status)."""
+        payload = pickle.dumps((job_fn, entry, settings, out))
+        request = (sys.path, dict(os.environ), os.getcwd(), payload)
         with self.lock:
-            _send(self.sock, (job_fn, entry, settings, out))
-            # the first request also waits out the server's warm-up, so the clock starts at the fork
-            pid = _recv(self.sock, None)
-            deadline = time.monotonic() + timeout
-            verdict = None
-            while True:
-                left = deadline - time.monotonic()
-                status = _recv(self.sock, max(0.0, min(POLL_S, left)))
-                if status is not None:
-                    return verdict, status
-                if verdict is not None:
-                    continue
-                if time.monotonic() >= deadline:
-                    verdict = FailureKind.TIMEOUT
-                elif limit is not None and (_rss(pid) or 0) > limit:
-                    verdict = FailureKind.OOM
-                if verdict is not None:
-                    _signal(pid, signal.SIGKILL)
+            try:
+                pid, self.server_pid = self._start(request)
+                deadline = time.monotonic() + timeout
+                verdict = None
+                while True:
+                    left = deadline - time.monotonic()
+                    status = _recv(self.sock, max(0.0, min(POLL_S, left)))
+                    if status is not None:
+                        return verdict, status
+                    if verdict is not None:
+                        continue
+                    if time.monotonic() >= deadline:
+                        verdict = FailureKind.TIMEOUT
+                    elif limit is not None and (_rss(pid) or 0) > limit:
+                        verdict = FailureKind.OOM
+                    if verdict is not None:
+                        _signal(pid, signal.SIGKILL)
+            except _ServerLost:
+                self.lost = True
+                raise
 
-    def alive(self) -> bool:
-        """Whether the server process is still running."""
-        return self.proc.poll() is None
+    def _start(self, request: tuple) -> tuple[int, int]:
+        """Send the request; the first one also waits out the server's warm-up, so the clock starts at the fork."""
+        try:
+            _send(self.sock, request)
+            return _recv(self.sock, None)
+        except (_ServerLost, OSError):
+            if not self._fresh:
+                raise _ServerLost("fork server closed its socket") from None
+            # A server that had just decided to exit for lack of callers: start (or find) a new one, once.
+            self.sock.close()
+            self.sock = _connect_or_start(self.address, self.preload, self.linger_s)
+            _send(self.sock, request)
+            return _recv(self.sock, None)
+        finally:
+            self._fresh = False
 
     def close(self) -> None:
-        """Stop the server (its running child, if any, dies with it)."""
+        """Leave the server (the server outlives us while others use it)."""
         self.sock.close()
-        self.proc.wait()
 
 
 _lock = threading.Lock()
-_server: ForkServer | None = None
+_servers: dict[str, ForkServer] = {}
 
 
-def fork_server() -> ForkServer:
-    """This process's fork server, started on first use and again if it died."""
-    global _server
+def fork_server(address: str | None = None) -> ForkServer:
+    """This process's connection to the machine's fork server, started on first use and again if it died."""
+    address = address or default_address(WARM_MODULE)
     with _lock:
-        if _server is None or not _server.alive():
-            _server = ForkServer()
-        return _server
+        server = _servers.get(address)
+        if server is None or server.lost:
+            server = _servers[address] = ForkServer(address)
+        return server
 
 
-def _serve(fd: int, preload: str) -> None:
-    """The fork server's loop: warm up, then fork one child per request and report its exit."""
-    _die_with_parent()
+@functools.cache
+def default_address(preload: str) -> str:
+    """The socket of this user's fork server for this interpreter, preload and zoo_convert source."""
+    package = Path(__file__).resolve().parent
+    stamp = max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
+    key = "\0".join((sys.executable, str(package), __version__, preload, str(stamp)))
+    folder = Path(tempfile.gettempdir(), f"zoo-convert-{os.getuid()}")
+    return str(folder / f"fork-{hashlib.sha256(key.encode()).hexdigest()[:16]}.sock")
+
+
+def _connect_or_start(address: str, preload: str, linger_s: float) -> socket.socket:
+    """Connect to the server at ``address``, starting it first when nobody is listening there."""
+    sock = _connect(address)
+    if sock is not None:
+        return sock
+    folder = Path(address).parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+        raise RuntimeError(f"{folder} must belong to this user with mode 0700: fork-server requests carry code")
+    with open(address + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter per machine; the others find it listening
+        sock = _connect(address)
+        if sock is not None:
+            return sock
+        Path(address).unlink(missing_ok=True)  # left by a server that was killed
+        with open(address + ".log", "w") as log:
+            code = f"from zoo_convert.isolation import _serve; _serve({address!r}, {preload!r}, {linger_s!r})"
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=env, start_new_session=True,
+            )  # fmt: skip
+            # _serve binds and listens, then detaches: its first process exits once the socket accepts.
+            if proc.wait() != 0:
+                raise RuntimeError(f"the fork server did not start; see {address}.log")
+        sock = _connect(address)
+        if sock is None:
+            raise RuntimeError(f"the fork server started but does not accept at {address}; see {address}.log")
+        return sock
+
+
+def _connect(address: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return sock
+
+
+def _serve(address: str, preload: str, linger_s: float) -> None:
+    """The fork server: listen, detach, warm up, then fork one child per request and report its exit."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(128)
+    if os.fork() > 0:
+        os._exit(0)  # the starter waits for this exit; the daemon below is nobody's child to be killed with it
+    inode = os.stat(address).st_ino
     __import__(preload)
-    sock = socket.socket(fileno=fd)
-    while True:
-        try:
-            job_fn, entry, settings, out = _recv(sock, None)
-        except _ServerLost:
+    # Forked children then neither scan nor copy-on-write the warm heap when they collect (optimum calls gc.collect()).
+    gc.collect()
+    gc.freeze()
+    _Server(listener, linger_s).loop()
+    with contextlib.suppress(OSError):
+        if os.stat(address).st_ino == inode:
+            os.unlink(address)
+
+
+class _Server:
+    """The server's single-threaded loop: callers' requests and children's exits, through one selector."""
+
+    def __init__(self, listener: socket.socket, linger_s: float) -> None:
+        self.listener, self.linger_s = listener, linger_s
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ)
+        self.running: dict[socket.socket, tuple[int, int] | None] = {}  # caller -> (child pid, pidfd)
+        self.idle_since = time.monotonic()
+
+    def loop(self) -> None:
+        while self.running or time.monotonic() - self.idle_since < self.linger_s:
+            for key, _ in self.selector.select(timeout=min(1.0, self.linger_s)):
+                if key.fileobj is self.listener:
+                    self._accept()
+                elif isinstance(key.fileobj, socket.socket):
+                    self._request(key.fileobj)
+                else:
+                    self._exited(*key.data)
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.getuid():
+            conn.close()  # requests are code: only our own user may send them
             return
+        self.selector.register(conn, selectors.EVENT_READ)
+        self.running[conn] = None
+
+    def _request(self, conn: socket.socket) -> None:
+        try:
+            sys_path, env, cwd, payload = _recv(conn, None)
+        except (_ServerLost, OSError):
+            self._drop(conn)
+            return
+        fds = [self.listener.fileno(), self.selector.fileno(), *(c.fileno() for c in self.running)]
+        fds += [child[1] for child in self.running.values() if child]
         pid = os.fork()
         if pid == 0:
-            sock.close()
             code = 1
             try:
-                _child(job_fn, entry, settings, out)
+                for fd in fds:
+                    os.close(fd)
+                _child(sys_path, env, cwd, payload)
                 code = 0
+            except BaseException:  # noqa: BLE001 - the caller reads "no result"; the log keeps the traceback
+                traceback.print_exc()
             finally:
                 os._exit(code)
-        _send(sock, pid)
+        pidfd = os.pidfd_open(pid)
+        self.running[conn] = (pid, pidfd)
+        self.selector.register(pidfd, selectors.EVENT_READ, (conn, pid, pidfd))
+        self._reply(conn, (pid, os.getpid()))
+
+    def _exited(self, conn: socket.socket, pid: int, pidfd: int) -> None:
         _, status = os.waitpid(pid, 0)
-        _send(sock, os.waitstatus_to_exitcode(status))
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        if conn in self.running:
+            self.running[conn] = None
+            self._reply(conn, os.waitstatus_to_exitcode(status))
+
+    def _reply(self, conn: socket.socket, message: Any) -> None:
+        try:
+            _send(conn, message)
+        except OSError:
+            self._drop(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        """A caller left (or died): its running job dies with it, as it would have with a private server."""
+        child = self.running.pop(conn, None)
+        if child is not None:
+            _signal(child[0], signal.SIGKILL)  # reaped when its pidfd reports the exit
+            self.selector.modify(child[1], selectors.EVENT_READ, (None, *child))
+        self.selector.unregister(conn)
+        conn.close()
+        if not self.running:
+            self.idle_since = time.monotonic()
 
 
 def _send(sock: socket.socket, obj: Any) -> None:
@@ -243,11 +406,17 @@ def _model_type(source: str) -> str | None:
         return None
 
 
-def _child(job_fn: JobFn, entry: ManifestEntry, settings: Settings, out: str) -> None:
-    """Runs in the forked child: do the job, leave the result where the caller looks."""
+def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes) -> None:
+    """Runs in the forked child: become the caller's child, do the job, leave the result where the caller looks."""
     from . import pipeline
 
     _die_with_parent()
+    # The caller's view: its imports (a test's or a benchmark's job function), its GPU, its relative paths.
+    sys.path[:] = sys_path
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    job_fn, entry, settings, out = pickle.loads(payload)
     breadcrumb = Path(out + ".stage")
     pipeline.on_stage = breadcrumb.write_text
     try:
