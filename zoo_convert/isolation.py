@@ -8,11 +8,16 @@ single-threaded), freezes its heap for the garbage collector, and then forks one
 child per job. A job pays neither the imports nor the first-call costs, and
 whatever the child does (hang, segfault, eat memory) cannot take down the caller::
 
-    caller (Ray worker) --unix socket--> fork server (warm, one per machine) --fork--> job child
-        |  <-- child pid, later its wait status --                                   |
-        |  watches wall clock and the child's resident memory;                       |
-        |  kills the child by pid                                                    |
-        +<-------------------------------- result.json (a temp file) ----------------+
+    caller (Ray worker) --unix socket--> fork server (warm, one per machine) --pipe--> spare child
+        |  <-- child pid; "done" once its result is written, or its exit status --       |
+        |  watches wall clock and the child's resident memory;                           |
+        |  kills the child by pid                                                        |
+        +<-------------------------------- result.json (a temp file) --------------------+
+
+The server keeps one child forked ahead (the spare) and hands it the next request, so
+starting a job costs a pipe write instead of a fork; a job is over when its child says
+its result is written, not when the kernel has finished tearing the child down. Both
+keep ~40 ms per job out of the job slot (bench_isolation.py).
 
 One server per machine, not per worker: a warm parent holds ~500 MB, so a 64-CPU
 node keeps one instead of 64, and it warms up once. The first process that needs
@@ -61,6 +66,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -135,19 +141,26 @@ class ForkServer:
     def run(
         self, job_fn: JobFn, entry: ManifestEntry, settings: Settings, out: str, timeout: float, limit: int | None
     ) -> tuple[FailureKind | None, int]:
-        """Fork one child for the job and watch it; return (our verdict or None, its wait status)."""
+        """Start the job in a child and watch it; return (our verdict or None, its exit status).
+
+        The job is over when its child says its result is in place (status 0) or when it
+        exits: a child tearing down a big address space does not hold up the next job.
+        """
         payload = pickle.dumps((job_fn, entry, settings, out))
         request = (sys.path, dict(os.environ), os.getcwd(), payload)
         with self.lock:
             try:
-                pid, self.server_pid = self._start(request)
+                pid = self._start(request)
                 deadline = time.monotonic() + timeout
                 verdict = None
                 while True:
                     left = deadline - time.monotonic()
-                    status = _recv(self.sock, max(0.0, min(POLL_S, left)))
-                    if status is not None:
-                        return verdict, status
+                    message = _recv(self.sock, max(0.0, min(POLL_S, left)))
+                    if message is not None and message[1] == pid:  # others are late news of earlier jobs
+                        if message[0] == "exit":
+                            return verdict, message[2]
+                        if message[0] == "done" and verdict is None:
+                            return None, 0
                     if verdict is not None:
                         continue
                     if time.monotonic() >= deadline:
@@ -160,11 +173,11 @@ class ForkServer:
                 self.lost = True
                 raise
 
-    def _start(self, request: tuple) -> tuple[int, int]:
-        """Send the request; the first one also waits out the server's warm-up, so the clock starts at the fork."""
+    def _start(self, request: tuple) -> int:
+        """Send the request, return the job's pid; the first one also waits out the server's warm-up."""
         try:
             _send(self.sock, request)
-            return _recv(self.sock, None)
+            return self._started()
         except (_ServerLost, OSError):
             if not self._fresh:
                 raise _ServerLost("fork server closed its socket") from None
@@ -172,9 +185,16 @@ class ForkServer:
             self.sock.close()
             self.sock = _connect_or_start(self.address, self.preload, self.linger_s)
             _send(self.sock, request)
-            return _recv(self.sock, None)
+            return self._started()
         finally:
             self._fresh = False
+
+    def _started(self) -> int:
+        while True:
+            message = _recv(self.sock, None)
+            if message[0] == "started":
+                _, pid, self.server_pid = message
+                return pid
 
     def close(self) -> None:
         """Leave the server (the server outlives us while others use it)."""
@@ -264,25 +284,44 @@ def _serve(address: str, preload: str, linger_s: float) -> None:
             os.unlink(address)
 
 
+@dataclass
+class _Child:
+    """A forked child of the server: a spare waiting for its job, or a job's process."""
+
+    pid: int
+    pidfd: int  # readable once the child has exited
+    job_w: int | None  # the request goes down this pipe; closed once handed over
+    done_r: int | None  # the child writes one byte here once its result is in place
+    caller: socket.socket | None = None
+
+
 class _Server:
-    """The server's single-threaded loop: callers' requests and children's exits, through one selector."""
+    """The server's single-threaded loop: callers' requests, children's news, through one selector.
+
+    One child is always forked ahead (the spare), so a request costs a pipe write, not a
+    fork; the next spare is forked while the job runs.
+    """
 
     def __init__(self, listener: socket.socket, linger_s: float) -> None:
         self.listener, self.linger_s = listener, linger_s
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ)
-        self.running: dict[socket.socket, tuple[int, int] | None] = {}  # caller -> (child pid, pidfd)
+        self.callers: set[socket.socket] = set()
+        self.children: dict[int, _Child] = {}
         self.idle_since = time.monotonic()
+        self.spare: _Child | None = self._fork()
 
     def loop(self) -> None:
-        while self.running or time.monotonic() - self.idle_since < self.linger_s:
+        while self.callers or time.monotonic() - self.idle_since < self.linger_s:
             for key, _ in self.selector.select(timeout=min(1.0, self.linger_s)):
                 if key.fileobj is self.listener:
                     self._accept()
                 elif isinstance(key.fileobj, socket.socket):
                     self._request(key.fileobj)
+                elif key.data[0] == "done":
+                    self._done(key.data[1])
                 else:
-                    self._exited(*key.data)
+                    self._exited(key.data[1])
 
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
@@ -291,40 +330,88 @@ class _Server:
             conn.close()  # requests are code: only our own user may send them
             return
         self.selector.register(conn, selectors.EVENT_READ)
-        self.running[conn] = None
+        self.callers.add(conn)
 
     def _request(self, conn: socket.socket) -> None:
         try:
-            sys_path, env, cwd, payload = _recv(conn, None)
+            request = _read_message(conn)
         except (_ServerLost, OSError):
             self._drop(conn)
             return
-        fds = [self.listener.fileno(), self.selector.fileno(), *(c.fileno() for c in self.running)]
-        fds += [child[1] for child in self.running.values() if child]
+        child = self._hand_over(request)
+        child.caller = conn
+        self._reply(conn, ("started", child.pid, os.getpid()))
+        self.spare = self._fork()
+
+    def _hand_over(self, request: bytes) -> _Child:
+        """The spare gets the request (a fresh child if the spare is gone)."""
+        for _ in range(2):
+            child, self.spare = self.spare or self._fork(), None
+            try:
+                _write_all(child.job_w, struct.pack("!Q", len(request)) + request)
+            except BrokenPipeError:  # the spare died (reaped through its pidfd): fork another
+                continue
+            finally:
+                os.close(child.job_w)
+                child.job_w = None
+            return child
+        raise RuntimeError("fork-server children die before reading their job")
+
+    def _fork(self) -> _Child:
+        job_r, job_w = os.pipe()
+        done_r, done_w = os.pipe()
+        inherited = [self.listener.fileno(), self.selector.fileno(), *(c.fileno() for c in self.callers)]
+        for c in self.children.values():
+            inherited += [fd for fd in (c.pidfd, c.job_w, c.done_r) if fd is not None]
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                for fd in fds:
+                for fd in [*inherited, job_w, done_r]:
                     os.close(fd)
-                _child(sys_path, env, cwd, payload)
+                _die_with_parent()
+                request = _read_fd_message(job_r)
+                if request is not None:  # None: the server closed the pipe, no job for this spare
+                    _child(*pickle.loads(request), done_w)
                 code = 0
             except BaseException:  # noqa: BLE001 - the caller reads "no result"; the log keeps the traceback
                 traceback.print_exc()
             finally:
                 os._exit(code)
-        pidfd = os.pidfd_open(pid)
-        self.running[conn] = (pid, pidfd)
-        self.selector.register(pidfd, selectors.EVENT_READ, (conn, pid, pidfd))
-        self._reply(conn, (pid, os.getpid()))
+        os.close(job_r)
+        os.close(done_w)
+        child = _Child(pid, os.pidfd_open(pid), job_w, done_r)
+        self.children[pid] = child
+        self.selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
+        self.selector.register(done_r, selectors.EVENT_READ, ("done", child))
+        return child
 
-    def _exited(self, conn: socket.socket, pid: int, pidfd: int) -> None:
-        _, status = os.waitpid(pid, 0)
-        self.selector.unregister(pidfd)
-        os.close(pidfd)
-        if conn in self.running:
-            self.running[conn] = None
-            self._reply(conn, os.waitstatus_to_exitcode(status))
+    def _done(self, child: _Child) -> None:
+        if child.done_r is None:
+            return
+        said = os.read(child.done_r, 1)
+        self._close_done(child)
+        if said and child.caller in self.callers:
+            self._reply(child.caller, ("done", child.pid))
+
+    def _exited(self, child: _Child) -> None:
+        _, status = os.waitpid(child.pid, 0)
+        self.selector.unregister(child.pidfd)
+        os.close(child.pidfd)
+        self._close_done(child)
+        if child.job_w is not None:
+            os.close(child.job_w)
+        self.children.pop(child.pid)
+        if child is self.spare:
+            self.spare = None
+        if child.caller in self.callers:
+            self._reply(child.caller, ("exit", child.pid, os.waitstatus_to_exitcode(status)))
+
+    def _close_done(self, child: _Child) -> None:
+        if child.done_r is not None:
+            self.selector.unregister(child.done_r)
+            os.close(child.done_r)
+            child.done_r = None
 
     def _reply(self, conn: socket.socket, message: Any) -> None:
         try:
@@ -334,14 +421,39 @@ class _Server:
 
     def _drop(self, conn: socket.socket) -> None:
         """A caller left (or died): its running job dies with it, as it would have with a private server."""
-        child = self.running.pop(conn, None)
-        if child is not None:
-            _signal(child[0], signal.SIGKILL)  # reaped when its pidfd reports the exit
-            self.selector.modify(child[1], selectors.EVENT_READ, (None, *child))
+        if conn not in self.callers:
+            return
+        for child in self.children.values():
+            if child.caller is conn:
+                _signal(child.pid, signal.SIGKILL)  # reaped when its pidfd reports the exit
+                child.caller = None
+        self.callers.discard(conn)
         self.selector.unregister(conn)
         conn.close()
-        if not self.running:
+        if not self.callers:
             self.idle_since = time.monotonic()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_fd_message(fd: int) -> bytes | None:
+    """One length-prefixed message from a pipe; None at end of file."""
+    head = _read_fd(fd, 8)
+    return None if head is None else _read_fd(fd, struct.unpack("!Q", head)[0])
+
+
+def _read_fd(fd: int, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
 
 
 def _send(sock: socket.socket, obj: Any) -> None:
@@ -353,8 +465,13 @@ def _recv(sock: socket.socket, timeout: float | None) -> Any:
     """One message; None when ``timeout`` passes first; _ServerLost on EOF."""
     if timeout is not None and not select.select([sock], [], [], timeout)[0]:
         return None
+    return pickle.loads(_read_message(sock))
+
+
+def _read_message(sock: socket.socket) -> bytes:
+    """One length-prefixed message, still pickled."""
     (size,) = struct.unpack("!Q", _read(sock, 8))
-    return pickle.loads(_read(sock, size))
+    return _read(sock, size)
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
@@ -406,11 +523,10 @@ def _model_type(source: str) -> str | None:
         return None
 
 
-def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes) -> None:
+def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, done_fd: int) -> None:
     """Runs in the forked child: become the caller's child, do the job, leave the result where the caller looks."""
     from . import pipeline
 
-    _die_with_parent()
     # The caller's view: its imports (a test's or a benchmark's job function), its GPU, its relative paths.
     sys.path[:] = sys_path
     os.environ.clear()
@@ -429,6 +545,7 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes) -
     os.replace(tmp, out)  # the caller never reads half a file
     sys.stdout.flush()
     sys.stderr.flush()
+    os.write(done_fd, b"!")
 
 
 def _read_breadcrumb(out: Path) -> str | None:
