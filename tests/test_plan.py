@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +33,21 @@ def test_switching_optimize_or_benchmark_off_changes_the_key(change: dict) -> No
 def test_each_flag_gives_its_own_key() -> None:
     keys = {_key(Settings(optimize=o, benchmark=b)) for o in (True, False) for b in (True, False)}
     assert len(keys) == 4
+
+
+def test_jobs_go_longest_first_by_last_durations_and_unknown_ones_first(tmp_path) -> None:
+    from zoo_convert.manifest import read_manifest, write_manifest
+    from zoo_convert.plan import make_plan
+
+    names = ("quick", "slow", "new", "urgent", "medium")
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text('{"model_type": "bert"}')
+    rows = [{"source": str(tmp_path / n), "priority": 1 if n == "urgent" else 0} for n in names]
+    manifest = read_manifest(write_manifest(rows, tmp_path / "m.parquet"))
+    last = {(str(tmp_path / n), "optimum", None): s for n, s in (("quick", 1.0), ("slow", 300.0), ("medium", 20.0), ("urgent", 0.5))}
+    plan = make_plan(manifest, Settings(), durations=last)
+    assert [Path(j.entry.source).name for j in plan.jobs] == ["urgent", "new", "slow", "medium", "quick"]
+    # without history: priority, then manifest order
+    plan = make_plan(manifest, Settings())
+    assert [Path(j.entry.source).name for j in plan.jobs] == ["urgent", "quick", "slow", "new", "medium"]

@@ -115,7 +115,7 @@ def run_farm(
         raise ManifestError("; ".join(str(p) for p in manifest.file_problems))
     store = ResultStore(db_path)
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
-    plan = make_plan(manifest, settings, done)
+    plan = make_plan(manifest, settings, done, store.last_durations())
     report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped)
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))

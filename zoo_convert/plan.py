@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -67,7 +69,7 @@ class Plan:
     """What a run will do.
 
     Attributes:
-        jobs: jobs to run, in submission order (higher priority first, then row order).
+        jobs: jobs to run, in submission order (higher priority first, then longest expected first, then row order).
         invalid: invalid rows still to record.
         skipped: jobs and invalid rows whose key already has a terminal result.
         total: all jobs and invalid rows of the manifest.
@@ -84,15 +86,31 @@ class Plan:
         return not self.jobs and not self.invalid
 
 
-def make_plan(manifest: Manifest, settings: Settings, done: set[str] | frozenset[str] = frozenset()) -> Plan:
-    """Key every job and invalid row of the manifest and drop those in ``done``."""
+def make_plan(
+    manifest: Manifest,
+    settings: Settings,
+    done: set[str] | frozenset[str] = frozenset(),
+    durations: Mapping[tuple[str, str | None, int | None], float] | None = None,
+) -> Plan:
+    """Key every job and invalid row of the manifest and drop those in ``done``.
+
+    Within a priority, jobs go longest first by ``durations`` (seconds the same source, exporter
+    and opset took last time): a night should not end waiting on one big model submitted last.
+    Jobs never seen before go first of all, as their length is unknown; ties keep manifest order.
+    """
     jobs = keyed_jobs(manifest.entries, settings)
     invalid = [
         InvalidRow(row_key(p.row, manifest.bad_rows[p.row]), p, manifest.bad_rows[p.row])
         for p in manifest.problems
         if p.row is not None
     ]
-    todo = sorted((j for j in jobs if j.key not in done), key=lambda j: (-j.entry.priority, j.entry.row or 0))
+    durations = durations or {}
+
+    def order(job: Job) -> tuple[float, float, int]:
+        last = durations.get((job.entry.source, job.entry.exporter, job.entry.opset))
+        return (-job.entry.priority, -(last if last is not None else math.inf), job.entry.row or 0)
+
+    todo = sorted((j for j in jobs if j.key not in done), key=order)
     bad = [r for r in invalid if r.key not in done]
     total = len(jobs) + len(invalid)
     return Plan(tuple(todo), tuple(bad), total - len(todo) - len(bad), total)

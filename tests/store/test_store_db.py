@@ -215,3 +215,15 @@ def test_record_many_is_one_transaction(tmp_path: Path) -> None:
     store.record_many("r2", [("k-a2", a), ("k-a3", a)])
     got = rows(store, "SELECT job_key, job_seq, previous_job_seq FROM results WHERE variant = 'fp32' ORDER BY job_seq")
     assert [(k, p) for k, _, p in got] == [("k-a", None), ("k-b", None), ("k-a2", got[0][1]), ("k-a3", got[2][1])]
+
+
+def test_last_durations_are_each_models_latest_job(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r1", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    old = replace(result("zoo/a", "bert", variants=good("a")), finished_at="2026-01-01T00:00:09.000+00:00")
+    new = replace(old, finished_at="2026-01-01T00:00:02.500+00:00")
+    other_opset = replace(result("zoo/a", "bert", variants=good("a"), opset=14), finished_at="2026-01-01T00:01:00.000+00:00")
+    store.record_many("r1", [("k1", old), ("k2", new), ("k3", other_opset)])
+    assert store.last_durations() == {("zoo/a", "optimum", 17): 2.5, ("zoo/a", "optimum", 14): 60.0}

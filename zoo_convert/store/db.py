@@ -183,6 +183,16 @@ class ResultStore:
         return {k for (k,) in rows}
 
 
+    def last_durations(self) -> dict[tuple[str, str | None, int | None], float]:
+        """Seconds the latest job took per (source, exporter, requested opset): what the planner expects next time."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT source, exporter, opset_requested, arg_max(epoch(finished_at) - epoch(started_at), job_seq)"
+                " FROM results WHERE started_at IS NOT NULL AND finished_at IS NOT NULL GROUP BY ALL"
+            ).fetchall()
+        return {(src, exporter, opset): float(seconds) for src, exporter, opset, seconds in rows if seconds is not None}
+
+
 def result_rows(
     result: ConversionResult, *, run_id: str, job_key: str, job_seq: int, recorded_at: datetime
 ) -> list[dict[str, Any]]:
