@@ -22,9 +22,15 @@ JOB_S = 4.0
 
 
 def slow_convert(entry: ManifestEntry, settings: Settings) -> ConversionResult:
-    """The real pipeline, a few seconds late: the node is removed while both nodes are inside a job."""
-    time.sleep(JOB_S)
-    return convert_one(entry, settings)
+    """The real pipeline, a few seconds late, with a marker file while it runs."""
+    marker = Path(settings.out_dir, "running", str(os.getpid()))
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    try:
+        time.sleep(JOB_S)
+        return convert_one(entry, settings)
+    finally:
+        marker.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +52,20 @@ def cluster() -> Iterator[Cluster]:
 
 
 class KillNodeWhileBusy(Progress):
-    """Removes a worker node (SIGKILL, no drain) a few seconds into the run.
+    """Removes a worker node (SIGKILL, no drain) once two jobs run at the same time.
 
-    Each node has one CPU and every job takes longer than JOB_S, so by then both
-    nodes are running a job: the kill lands mid-job.
+    Each node has one CPU, so two running jobs (two markers of slow_convert) are one
+    per node: the kill lands mid-job. The driver ticks every second; a job lasts > JOB_S.
     """
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, markers: Path) -> None:
         super().__init__(live=False)
-        self.cluster = cluster
+        self.cluster, self.markers = cluster, markers
         self.killed = False
-        self.started = time.monotonic()
 
     def tick(self, report: FarmReport, running: int) -> None:
         super().tick(report, running)
-        if not self.killed and report.recorded == 0 and time.monotonic() - self.started > 2.0:
+        if not self.killed and len(list(self.markers.glob("*"))) >= 2:
             self.cluster.remove_node(list(self.cluster.worker_nodes)[-1], allow_graceful=False)
             self.killed = True
 
@@ -71,7 +76,7 @@ def test_node_lost_mid_run(cluster: Cluster, zoo_dir: Path, tmp_path: Path) -> N
     rows.append({"source": str(zoo_dir / "bert"), "task": "feature-extraction", "variants": ["fp32"], "gpu": True})
     manifest = write_manifest(rows, tmp_path / "m.parquet")
     db = tmp_path / "r.duckdb"
-    progress = KillNodeWhileBusy(cluster)
+    progress = KillNodeWhileBusy(cluster, tmp_path / "out" / "running")
     report = run_farm(
         manifest,
         db_path=db,
