@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--num-cpus", type=int, default=os.cpu_count())
     args = ap.parse_args()
     print(machine())
-    # Ray workers (and the fork servers they start) must import _jobs to unpickle the job function
+    # Ray workers (and the job children, which take their sys.path) must import _jobs to unpickle the job function
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="bench-mem-") as tmp:
         manifest = write_jobs(Path(tmp, "zoo"), args.jobs)
