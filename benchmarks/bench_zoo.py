@@ -132,18 +132,18 @@ def wait_for_cold_fork_server(limit_s: float = 60.0) -> None:
     address = default_address(WARM_MODULE)
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if not any(address.encode() in p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if _readable(p)):
+        if not any(address.encode() in _cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline")):
             return
         time.sleep(0.5)
     raise SystemExit(f"a fork server at {address} is still up after {limit_s:g} s")
 
 
-def _readable(path: Path) -> bool:
+def _cmdline(path: Path) -> bytes:
+    """A process's command line; empty once it is gone."""
     try:
-        path.read_bytes()
-        return True
+        return path.read_bytes()
     except OSError:
-        return False
+        return b""
 
 
 def run_loop(label: str, rows: list[dict], work: Path, width: int) -> tuple[float, int, int]:

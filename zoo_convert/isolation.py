@@ -93,7 +93,6 @@ class _ServerLost(Exception):
     """The fork server closed its socket (it died or was killed)."""
 
 
-
 def run_isolated(
     job_fn: JobFn,
     entry: ManifestEntry,
@@ -267,7 +266,7 @@ def _connect(address: str) -> socket.socket | None:
 
 
 def _serve(address: str, preload: str, linger_s: float) -> None:
-    """The fork server: listen, detach, warm up, then fork one child per request and report its exit."""
+    """The fork server: listen, detach, warm up, then serve until no caller is left (see _Server)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(128)
