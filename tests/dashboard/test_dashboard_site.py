@@ -65,7 +65,7 @@ def test_the_site_works_offline_from_file_urls(browser: Chrome, site: Path) -> N
 
 def test_embedded_data_is_bounded(site: Path) -> None:
     html = site.joinpath("index.html").read_text()
-    data = json.loads(html.split("const DATA = ", 1)[1].split(";\n", 1)[0])
+    data = json.loads(html.split('<script id="zoo-data" type="application/json">', 1)[1].split("</script>", 1)[0])
     assert len(data["models"]) <= MODEL_CAP
     assert not any(k.startswith("detail_") for k in data)
 

@@ -1,5 +1,7 @@
 "use strict";
 // Renders DATA (inlined by zoo_convert.dashboard.site) into the page; no libraries, charts are inline SVG.
+// The data is a JSON island, not code: no string in it can be read as markup or script.
+const DATA = JSON.parse(document.getElementById("zoo-data").textContent);
 const ZOO = { loaded: {}, waiting: {} };
 const VARIANTS = ["fp32", "fp16", "int8"];
 const $ = (sel) => document.querySelector(sel);
