@@ -29,6 +29,10 @@ from ..errors import FailureKind, StoreError
 from ..records import FAILED, ConversionResult, VariantResult
 from .schema import LATEST_VERSION, MIGRATIONS, SCHEMA_MIGRATIONS
 
+# DuckDB 2 writes a storage format no DuckDB 1.x can open. A new file is created in the
+# v1.0.0 format instead, which every DuckDB since 1.0 reads; later writes keep it.
+STORAGE_VERSION = "v1.0.0"
+
 JOB_STAGES = ("fetch", "export", "check", "optimize")
 VARIANT_STAGES = ("verify", "benchmark")
 
@@ -318,12 +322,13 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
 
 
 def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open the file, waiting while another process holds DuckDB's file lock."""
+    """Open the file, waiting while another process holds DuckDB's file lock; a new file gets ``STORAGE_VERSION``."""
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.02
     while True:
+        config = {} if read_only or path.exists() else {"storage_compatibility_version": STORAGE_VERSION}
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise StoreError(f"cannot open {path}: {exc}") from exc
