@@ -180,20 +180,24 @@ def db_regressions(db_path: str, since: str | None) -> None:
 
 @db.command("query")
 @_DB_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True, help="table cuts long cells to fit a terminal; csv, json and markdown never cut")
 @click.argument("sql")
-def db_query(db_path: str, sql: str) -> None:
+def db_query(db_path: str, fmt: str, sql: str) -> None:
     """Run one SQL statement against the database.
 
     Example:
 
+    \b
         zoo-convert db query "SELECT * FROM compat_matrix WHERE pass_rate < 1"
+        zoo-convert db query --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
     """
     from .store import ResultStore
-    from .store.queries import format_table, query
+    from .store.queries import FORMATS, query
 
     columns, rows = query(ResultStore(db_path, read_only=True), sql)
     if columns:
-        click.echo(format_table(columns, rows))
+        click.echo(FORMATS[fmt](columns, rows))
 
 
 @db.command("export")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from pathlib import Path
 
 import duckdb
@@ -58,3 +61,34 @@ def test_export_writes_parquet(db: str, tmp_path: Path) -> None:
 def test_dashboard_command_writes_the_site(db: str, tmp_path: Path) -> None:
     code, out = run("dashboard", "--db", db, "--out", str(tmp_path / "site"))
     assert code == 0 and (tmp_path / "site" / "index.html").exists() and "wrote" in out
+
+
+LONG_SQL = ("SELECT source, message, versions, recorded_at, max_abs FROM results"
+            " WHERE message LIKE 'Could not export%' ORDER BY job_seq")
+
+
+def test_query_json_and_csv_keep_every_character(db: str) -> None:
+    with duckdb.connect(db, read_only=True) as con:
+        expected = con.execute(LONG_SQL).fetchall()
+    assert expected and all(len(m) > 60 for _, m, *_ in expected)
+    code, out = run("db", "query", "--db", db, "--format", "json", LONG_SQL)
+    assert code == 0
+    records = json.loads(out)
+    assert [r["message"] for r in records] == [m for _, m, *_ in expected]
+    assert records[0]["versions"]["torch"] == "2.13.0" and records[0]["recorded_at"].startswith("20")
+    code, out = run("db", "query", "--db", db, "--format", "csv", LONG_SQL)
+    assert code == 0
+    parsed = list(csv.DictReader(io.StringIO(out)))
+    assert [r["message"] for r in parsed] == [m for _, m, *_ in expected]
+    assert json.loads(parsed[0]["versions"])["onnxruntime"] == "1.32.0"
+
+
+def test_query_markdown_and_the_default_table(db: str) -> None:
+    code, out = run("db", "query", "--db", db, "--format", "markdown",
+                    "SELECT 'a|b' AS x, 1.5 AS y, NULL AS z, message FROM results WHERE message LIKE 'Could not%' LIMIT 1")
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == "| x | y | z | message |" and lines[1] == "|---|---|---|---|"
+    assert lines[2].startswith("| a\\|b | 1.5 |  | Could not export") and "…" not in lines[2]
+    code, out = run("db", "query", "--db", db, LONG_SQL)
+    assert code == 0 and "…" in out  # the terminal table still cuts long cells
+    assert run("db", "query", "--db", db, "--format", "xml", "SELECT 1")[0] == 2

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +103,74 @@ def format_table(columns: list[str], rows: list[tuple], *, max_width: int = 60) 
     return "\n".join(lines)
 
 
+def format_csv(columns: list[str], rows: list[tuple]) -> str:
+    """RFC 4180 CSV with a header row; values are never cut, nested ones are JSON."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_csv_cell(v) for v in row])
+    return out.getvalue().rstrip("\n")
+
+
+def format_json(columns: list[str], rows: list[tuple]) -> str:
+    """A JSON array of one object per row; NaN and infinities are null, timestamps ISO 8601."""
+    return json.dumps([dict(zip(columns, (_plain(v) for v in row))) for row in rows], indent=1)
+
+
+def format_markdown(columns: list[str], rows: list[tuple]) -> str:
+    """A GitHub-flavoured Markdown table; cells keep their full text on one line."""
+    def cell(value: Any) -> str:
+        text = _cell(value, max_width=0)
+        return text.replace("\\", "\\\\").replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+FORMATS: dict[str, Callable[[list[str], list[tuple]], str]] = {
+    "table": format_table,
+    "csv": format_csv,
+    "json": format_json,
+    "markdown": format_markdown,
+}
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (str, int, float)):  # bool is an int; a float keeps every digit (NaN as nan)
+        return value
+    plain = _plain(value)
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _plain(value: Any) -> Any:
+    """A DuckDB value as JSON data: no NaN (not JSON), dates as ISO text, decimals as numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)  # UUID and the like
+
+
 def _cell(value: Any, max_width: int) -> str:
     text = "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
     text = " ".join(text.split())
-    return text if len(text) <= max_width else text[: max_width - 1] + "…"
+    return text if not max_width or len(text) <= max_width else text[: max_width - 1] + "…"
 
 
 def _sql_string(path: Path) -> str:
