@@ -145,27 +145,24 @@ def db_status(db_path: str) -> None:
         zoo-convert db status --db build/demo/results.duckdb
     """
     from .store import ResultStore
-    from .store.queries import status
+    from .store.queries import format_status, status
 
     info = status(ResultStore(db_path, read_only=True))
-    if not info:
-        click.echo("no runs yet")
-        return
-    kinds = ", ".join(f"{k} {n}" for k, n in info.pop("failure_kinds").items()) or "none"
-    for key, value in info.items():
-        click.echo(f"{key:<14}{value}")
-    click.echo(f"{'failure kinds':<14}{kinds}")
+    click.echo(format_status(info) if info else "no runs yet")
 
 
 @db.command("regressions")
 @_DB_OPTION
-@click.option("--since", help="list regressions in every run after this run id (default: the latest run only)")
+@click.option("--since", help="list regressions in every run after this run (name or id) or from this date on"
+              " (YYYY-MM-DD, UTC); default: the latest run only")
 def db_regressions(db_path: str, since: str | None) -> None:
     """List regressions; exits 1 when there are any (a CI gate).
 
     Example:
 
+    \b
         zoo-convert db regressions --db results.duckdb --since nightly-2026-01-01
+        zoo-convert db regressions --db results.duckdb --since 2026-01-01
     """
     from .store import ResultStore
     from .store.queries import format_table, regressions
@@ -305,6 +302,7 @@ def publish(
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 def run(
     manifest_path: str,
     db_path: str,
@@ -321,6 +319,7 @@ def run(
     hf_cache: str | None,
     no_optimize: bool,
     no_benchmark: bool,
+    name: str | None,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
@@ -330,7 +329,9 @@ def run(
 
     Example:
 
+    \b
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
+        zoo-convert run manifests/nightly.parquet --db results.duckdb --out /data/artifacts --name nightly-2026-01-01
     """
     from .farm import FarmOptions, run_farm
 
@@ -352,7 +353,7 @@ def run(
         retry_failed=retry_failed,
         max_attempts=max_attempts,
     )
-    run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
+    run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
 
 
 @cli.group()
