@@ -7,12 +7,16 @@ regression found), 2 bad usage or bad input.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
 from .errors import ZooConvertError
 from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 class _Group(click.Group):
@@ -55,7 +59,8 @@ _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the late
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(VARIANTS), show_default=True, help="comma-separated: fp32,fp16,int8")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
-@click.option("--allow-remote-code", is_flag=True, help="let transformers run code shipped with the checkpoint.")
+@click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
+              help="let transformers run code shipped with the checkpoint.")
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
@@ -115,6 +120,7 @@ def zoo_build(out_dir: str, only: str | None) -> None:
 
     Example:
 
+    \b
         zoo-convert zoo build build/demo/zoo --only bert,gpt2,vit
     """
     from . import zoo as zoo_lib
@@ -124,10 +130,16 @@ def zoo_build(out_dir: str, only: str | None) -> None:
     click.echo(f"built {len(zoo_lib.select(names))} models; manifest: {manifest}")
 
 
-_DB_OPTION = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default="results.duckdb", show_default=True,
-    help="the farm's results database (opened read-only)",
-)
+DEFAULT_DB = "results.duckdb"
+
+
+def _db_option(help: str, *, exists: bool = False) -> Callable[[F], F]:
+    """--db, with one default in every command."""
+    return click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=exists), default=DEFAULT_DB,
+                        show_default=True, help=help)
+
+
+_DB_OPTION = _db_option("the farm's results database (opened read-only)")
 
 
 @cli.group()
@@ -142,6 +154,7 @@ def db_status(db_path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert db status --db build/demo/results.duckdb
     """
     from .store import ResultStore
@@ -205,6 +218,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 
     Example:
 
+    \b
         zoo-convert db export --db results.duckdb build/parquet
     """
     from .store import ResultStore
@@ -215,7 +229,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@_db_option("the results database (opened read-only)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="folder for the site")
 @click.option("--serve", "serve_it", is_flag=True, help="serve the site on 127.0.0.1 after building it")
 @click.option("--port", type=int, default=8000, show_default=True)
@@ -224,6 +238,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 
     Example:
 
+    \b
         zoo-convert dashboard --db results.duckdb --out dashboards/site --serve
     """
     from .dashboard import build_site, serve
@@ -240,7 +255,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=True), required=True, help="the results database")
+@_db_option("the results database", exists=True)
 @click.option("--run", default="latest", show_default=True, help="run id to publish, or 'latest'")
 @click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
 @click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
@@ -265,6 +280,7 @@ def publish(
 
     Example:
 
+    \b
         zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
     """
     from huggingface_hub import get_token
@@ -288,7 +304,7 @@ def publish(
 
 @cli.command()
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@_db_option("the results database (created if missing)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
 @click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
 @click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
@@ -368,6 +384,7 @@ def manifest_validate(path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert manifest validate manifests/hub_examples.parquet
     """
     from .manifest import read_manifest
@@ -389,6 +406,7 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
     """
     from .manifest import manifest_from_csv as build
