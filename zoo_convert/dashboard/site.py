@@ -26,7 +26,8 @@ CHUNK = 200
 _MARKER = re.compile(r"/\*(CSS|DATA|JS)\*/")
 _UNSAFE = {ord(c): f"\\u{ord(c):04x}" for c in "<>&"}
 DETAIL_KEYS = {"detail_variants": "variants", "detail_outputs": "outputs", "detail_census": "census",
-               "detail_stages": "stages"}
+               "detail_stages": "stages", "detail_history": "history", "detail_publication": "publication"}
+_ONE_ROW = ("stages", "publication")  # one row per model; the others are lists
 
 
 def build_site(db: str | Path, out_dir: str | Path, *, timer: Callable[[str, float], None] | None = None) -> Path:
@@ -69,14 +70,16 @@ def serve(out_dir: str | Path, *, port: int = 8000) -> http.server.ThreadingHTTP
 
 
 def _split_details(data: dict[str, Any]) -> dict[int, dict[int, dict[str, Any]]]:
-    """Move the detail rows out of ``data`` into {chunk: {model id: {variants, outputs, census, stages}}}."""
+    """Move the detail rows out of ``data`` into {chunk: {model id: {variants, outputs, census, stages, ...}}}."""
     chunks: dict[int, dict[int, dict[str, Any]]] = {}
     for query, key in DETAIL_KEYS.items():
         for row in data.pop(query):
             model_id = row.pop("id")
             model = chunks.setdefault(model_id // CHUNK, {}).setdefault(model_id, {})
-            if key in ("census", "stages"):
-                model[key] = row["ops"] if key == "census" else row
+            if key == "census":
+                model[key] = row["ops"]
+            elif key in _ONE_ROW:
+                model[key] = row
             else:
                 model.setdefault(key, []).append(row)
     return chunks
