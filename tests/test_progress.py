@@ -36,7 +36,7 @@ def test_log_lines_per_job_and_a_summary() -> None:
     _feed(Progress(out, live=False))
     lines = out.getvalue().splitlines()
     assert lines[0] == "run r1: 2 to do, 0 of 3 already done"
-    assert lines[1].startswith("[1/2] passed") and "[fp16 optimize_error]" in lines[1]
+    assert lines[1].startswith("[1/2] partial") and "[fp16 optimize_error]" in lines[1]
     assert lines[2].startswith("[2/2] failed timeout") and "zoo/gpt2" in lines[2]
     assert "2 recorded" in lines[3]
     assert lines[4].split() == "converted 1 of 2 models (fp32 verified), 1 partial (a variant failed)".split()

@@ -379,8 +379,8 @@ class Progress:
             self._bar(report)
             return
         opset = result.opset_requested if result.opset_requested is not None else "default"
-        what = result.status if result.status == PASSED else f"{result.status} {result.failure_kind}"
-        # a model passes on fp32; a variant that failed beside it is still worth a glance in the log
+        # a model converts on fp32; a variant that failed beside it makes it partial, named in the log
+        what = ("partial" if result.partial else result.status) if result.passed else f"{result.status} {result.failure_kind}"
         broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
             f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
