@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,10 @@ class NamedRun:
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    # Without --address, ray.init() joins a cluster that `ray start` left on this machine (another test's);
+    # "local" makes this run start its own instance, as on a clean machine.
+    env = {**os.environ, "RAY_ADDRESS": "local"}
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
 
 @pytest.fixture(scope="module")
