@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.testing import CliRunner
 import pytest
 
 from zoo_convert.cli import cli
@@ -92,3 +93,43 @@ def test_no_optimize_and_no_benchmark_are_listed_in_help(command: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout
     assert "skip the latency measurement" in proc.stdout
+
+
+def _leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+    out: dict[str, click.Command] = {}
+    for name, cmd in group.commands.items():
+        out.update(_leaves(cmd, f"{prefix}{name} ") if isinstance(cmd, click.Group) else {f"{prefix}{name}": cmd})
+    return out
+
+
+@pytest.mark.parametrize("command", sorted(_leaves(cli)))
+def test_help_examples_keep_each_command_on_one_line(command: str) -> None:
+    examples = [line.strip() for line in (_leaves(cli)[command].help or "").splitlines()
+                if line.strip().startswith("zoo-convert ")]
+    assert examples, f"{command} has no example"
+    res = CliRunner().invoke(cli, [*command.split(), "--help"], terminal_width=80)
+    assert res.exit_code == 0, res.output
+    shown = [line.strip() for line in res.output.splitlines()]
+    assert all(example in shown for example in examples), res.output
+
+
+def test_db_has_one_default_in_every_command() -> None:
+    defaults = {name: next((p.default, p.required) for p in cmd.params if p.name == "db_path")
+                for name, cmd in _leaves(cli).items() if any(p.name == "db_path" for p in cmd.params)}
+    assert {"run", "dashboard", "publish", "db status", "db query"} <= set(defaults)
+    assert set(defaults.values()) == {("results.duckdb", False)}, defaults
+
+
+def test_trust_remote_code_is_allow_remote_code() -> None:
+    convert = cli.commands["convert"]
+    for flag in ("--trust-remote-code", "--allow-remote-code"):
+        ctx = convert.make_context("convert", ["some/model", "--out", "o", flag])
+        assert ctx.params["allow_remote_code"] is True
+    assert convert.make_context("convert", ["some/model", "--out", "o"]).params["allow_remote_code"] is False
+
+
+def test_zoo_build_only_with_an_unknown_name_lists_the_zoo(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["zoo", "build", str(tmp_path / "z"), "--only", "bert,bret"])
+    assert res.exit_code == 2 and "unknown zoo model(s): bret" in res.output
+    assert all(name in res.output for name in ("bert", "gpt2", "whisper", "wavlm"))
+    assert not (tmp_path / "z").exists()

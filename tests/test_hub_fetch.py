@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import json
 import shutil
 from collections.abc import Iterator
@@ -93,3 +96,17 @@ def test_server_errors_are_transient(hub: tuple[HubServer, dict[str, str]], tmp_
     with pytest.raises(FetchError) as info:
         fetch(ManifestEntry(source=REPO), _settings(server, tmp_path))
     assert info.value.kind == FailureKind.FETCH_TRANSIENT and info.value.kind.transient
+
+
+def test_convert_prints_no_download_progress_bars(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
+    """huggingface_hub draws tqdm bars on stderr for every snapshot; our output is our lines only."""
+    server, _ = hub
+    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_TOKEN": TOKEN, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("zoo-convert")), "convert", REPO, "--revision", "v1", "--out",
+         str(tmp_path / "out"), "--variants", "fp32", "--no-optimize", "--no-benchmark"],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASSED" in proc.stdout
+    assert "Fetching" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr

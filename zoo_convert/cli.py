@@ -7,12 +7,16 @@ regression found), 2 bad usage or bad input.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
 from .errors import ZooConvertError
 from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 class _Group(click.Group):
@@ -55,7 +59,8 @@ _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the late
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(VARIANTS), show_default=True, help="comma-separated: fp32,fp16,int8")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
-@click.option("--allow-remote-code", is_flag=True, help="let transformers run code shipped with the checkpoint.")
+@click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
+              help="let transformers run code shipped with the checkpoint.")
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
@@ -115,6 +120,7 @@ def zoo_build(out_dir: str, only: str | None) -> None:
 
     Example:
 
+    \b
         zoo-convert zoo build build/demo/zoo --only bert,gpt2,vit
     """
     from . import zoo as zoo_lib
@@ -124,10 +130,16 @@ def zoo_build(out_dir: str, only: str | None) -> None:
     click.echo(f"built {len(zoo_lib.select(names))} models; manifest: {manifest}")
 
 
-_DB_OPTION = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default="results.duckdb", show_default=True,
-    help="the farm's results database (opened read-only)",
-)
+DEFAULT_DB = "results.duckdb"
+
+
+def _db_option(help: str, *, exists: bool = False) -> Callable[[F], F]:
+    """--db, with one default in every command."""
+    return click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=exists), default=DEFAULT_DB,
+                        show_default=True, help=help)
+
+
+_DB_OPTION = _db_option("the farm's results database (opened read-only)")
 
 
 @cli.group()
@@ -142,30 +154,28 @@ def db_status(db_path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert db status --db build/demo/results.duckdb
     """
     from .store import ResultStore
-    from .store.queries import status
+    from .store.queries import format_status, status
 
     info = status(ResultStore(db_path, read_only=True))
-    if not info:
-        click.echo("no runs yet")
-        return
-    kinds = ", ".join(f"{k} {n}" for k, n in info.pop("failure_kinds").items()) or "none"
-    for key, value in info.items():
-        click.echo(f"{key:<14}{value}")
-    click.echo(f"{'failure kinds':<14}{kinds}")
+    click.echo(format_status(info) if info else "no runs yet")
 
 
 @db.command("regressions")
 @_DB_OPTION
-@click.option("--since", help="list regressions in every run after this run id (default: the latest run only)")
+@click.option("--since", help="list regressions in every run after this run (name or id) or from this date on"
+              " (YYYY-MM-DD, UTC); default: the latest run only")
 def db_regressions(db_path: str, since: str | None) -> None:
     """List regressions; exits 1 when there are any (a CI gate).
 
     Example:
 
+    \b
         zoo-convert db regressions --db results.duckdb --since nightly-2026-01-01
+        zoo-convert db regressions --db results.duckdb --since 2026-01-01
     """
     from .store import ResultStore
     from .store.queries import format_table, regressions
@@ -180,20 +190,24 @@ def db_regressions(db_path: str, since: str | None) -> None:
 
 @db.command("query")
 @_DB_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True, help="table cuts long cells to fit a terminal; csv, json and markdown never cut")
 @click.argument("sql")
-def db_query(db_path: str, sql: str) -> None:
+def db_query(db_path: str, fmt: str, sql: str) -> None:
     """Run one SQL statement against the database.
 
     Example:
 
+    \b
         zoo-convert db query "SELECT * FROM compat_matrix WHERE pass_rate < 1"
+        zoo-convert db query --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
     """
     from .store import ResultStore
-    from .store.queries import format_table, query
+    from .store.queries import FORMATS, query
 
     columns, rows = query(ResultStore(db_path, read_only=True), sql)
     if columns:
-        click.echo(format_table(columns, rows))
+        click.echo(FORMATS[fmt](columns, rows))
 
 
 @db.command("export")
@@ -204,6 +218,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 
     Example:
 
+    \b
         zoo-convert db export --db results.duckdb build/parquet
     """
     from .store import ResultStore
@@ -214,7 +229,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@_db_option("the results database (opened read-only)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="folder for the site")
 @click.option("--serve", "serve_it", is_flag=True, help="serve the site on 127.0.0.1 after building it")
 @click.option("--port", type=int, default=8000, show_default=True)
@@ -223,6 +238,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 
     Example:
 
+    \b
         zoo-convert dashboard --db results.duckdb --out dashboards/site --serve
     """
     from .dashboard import build_site, serve
@@ -239,7 +255,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=True), required=True, help="the results database")
+@_db_option("the results database", exists=True)
 @click.option("--run", default="latest", show_default=True, help="run id to publish, or 'latest'")
 @click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
 @click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
@@ -264,6 +280,7 @@ def publish(
 
     Example:
 
+    \b
         zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
     """
     from huggingface_hub import get_token
@@ -287,7 +304,7 @@ def publish(
 
 @cli.command()
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@_db_option("the results database (created if missing)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
 @click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
 @click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
@@ -301,6 +318,7 @@ def publish(
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 def run(
     manifest_path: str,
     db_path: str,
@@ -317,6 +335,7 @@ def run(
     hf_cache: str | None,
     no_optimize: bool,
     no_benchmark: bool,
+    name: str | None,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
@@ -326,7 +345,9 @@ def run(
 
     Example:
 
+    \b
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
+        zoo-convert run manifests/nightly.parquet --db results.duckdb --out /data/artifacts --name nightly-2026-01-01
     """
     from .farm import FarmOptions, run_farm
 
@@ -348,7 +369,7 @@ def run(
         retry_failed=retry_failed,
         max_attempts=max_attempts,
     )
-    run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
+    run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
 
 
 @cli.group()
@@ -363,6 +384,7 @@ def manifest_validate(path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert manifest validate manifests/hub_examples.parquet
     """
     from .manifest import read_manifest
@@ -384,6 +406,7 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
     """
     from .manifest import manifest_from_csv as build

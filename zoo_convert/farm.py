@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import sys
 import time
 import uuid
@@ -39,9 +40,11 @@ from .pipeline import convert_one
 from .plan import InvalidRow, Job, make_plan
 from .records import PASSED, ConversionResult, ManifestEntry, Settings
 from .store.db import ResultStore
+from .store.queries import run_label
 from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
+MAX_LISTED = 20  # failures named at the end of a run; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -73,24 +76,75 @@ class FarmReport:
 
     Attributes:
         run_id: the ``runs`` row of this run.
+        name: its unique human name, if it was given one.
         total: jobs and invalid rows in the manifest.
         skipped: those already answered in the DB.
         recorded: results written by this run.
         ray_started: whether the run needed Ray at all.
-        by_status / by_kind: counts of recorded results.
+        by_status: recorded jobs by status (passed: converted, the fp32 artifact verified).
+        partial: converted jobs in which another variant failed.
+        variants / variants_verified: variant artifacts made, and those that verified.
+        by_kind: failures by kind, a failed job's and each failed variant of a converted job.
+        failures: the first ``MAX_LISTED`` of those failures; n_failures counts them all.
         retries: resubmissions after transient failures.
         seconds: wall time of the run.
     """
 
     run_id: str
+    name: str | None = None
     total: int = 0
     skipped: int = 0
     recorded: int = 0
     ray_started: bool = False
     by_status: Counter = field(default_factory=Counter)
+    partial: int = 0
+    variants: int = 0
+    variants_verified: int = 0
     by_kind: Counter = field(default_factory=Counter)
+    failures: list[FailureLine] = field(default_factory=list)
+    n_failures: int = 0
     retries: int = 0
     seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """The run as people see it: its name with its id, or its id."""
+        return run_label(self.run_id, self.name)
+
+    def count(self, result: ConversionResult) -> None:
+        """Add one recorded job to the counts and the list of failures."""
+        self.recorded += 1
+        self.by_status[result.status] += 1
+        self.partial += result.partial
+        self.variants += len(result.variants)
+        self.variants_verified += sum(v.status == PASSED for v in result.variants)
+        lines = [] if result.passed else [
+            FailureLine(result.source, None, result.failure_kind or "unknown", result.stage or "job", result.message)]
+        if result.passed:
+            lines += [FailureLine(result.source, v.variant, v.failure_kind or "unknown", result.failed_stage(v), v.message)
+                      for v in result.variants if v.status != PASSED]
+        for line in lines:
+            self.by_kind[line.kind] += 1
+            self.n_failures += 1
+            if len(self.failures) < MAX_LISTED:
+                self.failures.append(line)
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """One failure as the end of a run lists it: a job that did not convert, or a variant of one that did."""
+
+    source: str
+    variant: str | None
+    kind: str
+    stage: str
+    message: str | None
+
+    def cells(self) -> tuple[str, str, str, str]:
+        """model (with the variant), kind, stage, first line of the message."""
+        model = f"{self.source} [{self.variant}]" if self.variant else self.source
+        first = (self.message or "").strip().splitlines()
+        return model, self.kind, self.stage, first[0] if first else ""
 
 
 @ray.remote(max_retries=0, retry_exceptions=False, max_calls=0)
@@ -107,16 +161,22 @@ def run_farm(
     options: FarmOptions = FarmOptions(),
     job_fn: JobFn = convert_one,
     progress: Progress | None = None,
+    name: str | None = None,
 ) -> FarmReport:
-    """Convert every job of the manifest that the DB does not answer yet; record each result as it lands."""
+    """Convert every job of the manifest that the DB does not answer yet; record each result as it lands.
+
+    ``name`` is the run's unique, human name (``run --name``).
+    """
     t0 = time.monotonic()
     manifest = read_manifest(manifest_path)
     if manifest.file_problems:
         raise ManifestError("; ".join(str(p) for p in manifest.file_problems))
     store = ResultStore(db_path)
+    if name is not None:
+        store.check_run_name(name)  # before Ray starts: a taken name stops the run at once
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
     plan = make_plan(manifest, settings, done, store.last_durations())
-    report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped)
+    report = FarmReport(run_id=_run_id(), name=name, total=plan.total, skipped=plan.skipped)
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
     started_ray = bool(plan.jobs) and not ray.is_initialized()
@@ -133,6 +193,7 @@ def run_farm(
         versions=toolchain_versions(),
         resources=resources,
         settings={**asdict(settings), "farm": asdict(options)},
+        name=name,
     )
     status = "failed"
     try:
@@ -241,10 +302,7 @@ def _record(
     batch = [(key, replace(result, attempts=attempts)) for key, result, attempts in finished]
     store.record_many(report.run_id, batch)
     for _, result in batch:
-        report.recorded += 1
-        report.by_status[result.status] += 1
-        if result.failure_kind:
-            report.by_kind[result.failure_kind] += 1
+        report.count(result)
         progress.result(report, result)
 
 
@@ -268,10 +326,17 @@ def _prestart_fork_server() -> None:
 
 def _init_ray(options: FarmOptions) -> None:
     """Connect to the given cluster, or start a local instance (``num_cpus`` only applies to that)."""
-    kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+    kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False, "logging_level": logging.WARNING}
     if options.address is None and options.num_cpus is not None:
         kwargs["num_cpus"] = options.num_cpus
+    # Ray turns token authentication on for every new local instance and says so on each run; only
+    # that notice is dropped (a warning that authentication is off still comes through).
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_token_auth_enabled)
     ray.init(address=options.address, **kwargs)
+
+
+def _not_token_auth_enabled(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def _kind(result: ConversionResult) -> FailureKind | None:
@@ -306,7 +371,7 @@ class Progress:
         if todo == 0:
             self._line(f"nothing to do: all {report.total} jobs already have a result (use --force or --retry-failed)")
         else:
-            self._line(f"run {report.run_id}: {todo} to do, {report.skipped} of {report.total} already done")
+            self._line(f"run {report.label}: {todo} to do, {report.skipped} of {report.total} already done")
 
     def result(self, report: FarmReport, result: ConversionResult) -> None:
         """One job landed in the DB."""
@@ -314,8 +379,8 @@ class Progress:
             self._bar(report)
             return
         opset = result.opset_requested if result.opset_requested is not None else "default"
-        what = result.status if result.status == PASSED else f"{result.status} {result.failure_kind}"
-        # a model passes on fp32; a variant that failed beside it is still worth a glance in the log
+        # a model converts on fp32; a variant that failed beside it makes it partial, named in the log
+        what = ("partial" if result.partial else result.status) if result.passed else f"{result.status} {result.failure_kind}"
         broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
             f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
@@ -334,17 +399,29 @@ class Progress:
             self._bar(report)
 
     def finish(self, report: FarmReport) -> None:
-        """Print the summary table."""
+        """Print the summary: models converted, variants verified, failure kinds, then the failures by name."""
         if self.live:
             self.stream.write("\n")
         if not report.recorded:
             return
-        rows = [("passed", report.by_status.get(PASSED, 0))] + sorted(report.by_kind.items())
-        width = max(len(k) for k, _ in rows)
-        self._line(f"run {report.run_id}: {report.recorded} recorded in {report.seconds:.1f} s"
+        converted = report.by_status.get(PASSED, 0)
+        self._line(f"run {report.label}: {report.recorded} recorded in {report.seconds:.1f} s"
                    f" ({report.skipped} skipped, {report.retries} retries)")  # fmt: skip
-        for name, n in rows:
-            self._line(f"  {name:<{width}}  {n:>6}")
+        self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
+                   " (a variant failed)")
+        self._line(f"  variants   {report.variants_verified} of {report.variants} verified")
+        if not report.n_failures:
+            return
+        self._line("  failures   " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_kind.items())))
+        rows = [line.cells() for line in report.failures]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        self._line(f"failed ({report.n_failures}):")
+        for row in rows:
+            self._line("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
+        if report.n_failures > len(rows):
+            self._line(f"  ... and {report.n_failures - len(rows)} more: zoo-convert db query \"SELECT source, variant,"
+                       f" failure_kind, stage, message FROM results WHERE run_id = '{report.run_id}'"
+                       " AND status = 'failed'\"")
 
     def _bar(self, report: FarmReport) -> None:
         done, elapsed = report.recorded, time.monotonic() - self.t0

@@ -242,6 +242,9 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*TracerWarning.*")
     for name in ("transformers", "optimum", "onnxruntime", "root", "torch.onnx", "onnxscript"):
         logging.getLogger(name if name != "root" else None).setLevel(logging.ERROR)
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # a download's bars would land between our own lines
     try:
         import torch.jit
 

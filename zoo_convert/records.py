@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import FailureKind
+
 EXPORTERS = ("optimum", "torch")
 VARIANTS = ("fp32", "fp16", "int8")
 # Filenames transformers.js and optimum's ORTModel look for under onnx/.
@@ -249,10 +251,26 @@ class ConversionResult:
 
     @property
     def passed(self) -> bool:
+        """Converted: the fp32 artifact verified."""
         return self.status == PASSED
+
+    @property
+    def partial(self) -> bool:
+        """Converted, while another variant (fp16, int8) failed."""
+        return self.passed and any(v.status != PASSED for v in self.variants)
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
+
+    def failed_stage(self, v: VariantResult) -> str:
+        """The stage a failed variant failed in: its own failed stage, else the one its failure kind names."""
+        for s in self.stages:
+            if s.details.get("variant") == v.variant and s.status == FAILED:
+                return s.stage
+        try:
+            return FailureKind(v.failure_kind).stage
+        except ValueError:
+            return "verify"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -585,7 +585,7 @@ def select(only: Iterable[str] | None, models: Sequence[ZooModel] = ZOO) -> list
     wanted = set(only)
     unknown = wanted - {m.name for m in models}
     if unknown:
-        raise UsageError(f"unknown zoo model(s): {', '.join(sorted(unknown))}")
+        raise UsageError(f"unknown zoo model(s): {', '.join(sorted(unknown))}; the zoo has {', '.join(m.name for m in models)}")
     return [m for m in models if m.name in wanted]
 
 

@@ -5,7 +5,8 @@ A migration is applied once, in its own transaction, and recorded in
 
 Tables::
 
-    runs              one row per farm run (manifest, toolchain, resources, counts)
+    runs              one row per farm run (manifest, toolchain, resources, counts, its
+                      optional unique name)
     results           one terminal row per job and variant; a job that failed before
                       any artifact existed has one row with variant NULL
     verification      ORT vs PyTorch per job, variant, output and input shape
@@ -224,6 +225,13 @@ CREATE TABLE publications (
 );
 """
 
+# ``run --name``: a run a person can refer to (``db regressions --since nightly-2026-01-01``).
+_RUN_NAMES = """
+ALTER TABLE runs ADD COLUMN name VARCHAR;
+CREATE UNIQUE INDEX runs_name ON runs (name);
+"""
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -237,6 +245,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables", _TABLES),
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
+    Migration(4, "run names", _RUN_NAMES),
 )
 
 SCHEMA_MIGRATIONS = """
