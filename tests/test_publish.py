@@ -21,10 +21,8 @@ from zoo_convert.cli import cli
 from zoo_convert.farm import FarmOptions, run_farm
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import Settings
-from zoo_convert.stages.publish import (
-    PUBLISHED,
-    REFUSED,
-    UNCHANGED,
+from zoo_convert.publish import (
+    PublicationStatus,
     PublishOptions,
     load_candidates,
     publish_candidate,
@@ -86,7 +84,7 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     (pub,) = publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
-    assert pub.status == PUBLISHED, pub.message
+    assert pub.status == PublicationStatus.PUBLISHED, pub.message
     repo = "acme/bert-ONNX"
     head = world.server.commits(repo)[0]
     assert pub.repo_id == repo and pub.commit_sha == head.sha
@@ -114,7 +112,7 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
 
     with ResultStore(world.db).connect() as con:
         rows = con.execute("SELECT status, commit_sha, commit_url FROM publications WHERE repo_id = ?", [repo]).fetchall()
-    assert rows == [(PUBLISHED, head.sha, pub.commit_url)]
+    assert rows == [(PublicationStatus.PUBLISHED, head.sha, pub.commit_url)]
 
 
 def test_second_publish_uploads_nothing(world: World) -> None:
@@ -123,7 +121,7 @@ def test_second_publish_uploads_nothing(world: World) -> None:
         publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
     commits, seen = len(world.server.commits(repo)), len(world.server.log)
     (pub,) = publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
-    assert pub.status == UNCHANGED and pub.uploaded_bytes == 0
+    assert pub.status == PublicationStatus.UNCHANGED and pub.uploaded_bytes == 0
     assert pub.commit_sha == world.server.commits(repo)[0].sha
     assert len(world.server.commits(repo)) == commits
     writes = [r for r in world.server.log[seen:] if r[0] in ("PUT", "POST")]
@@ -136,7 +134,7 @@ def test_429_and_500_are_survived_without_reuploading(world: World, caplog: pyte
     world.server.fail_next(r"^/api/models/flaky/bert-ONNX/commit/", 429, retry_after=0.05)
     with caplog.at_level(logging.DEBUG):
         (pub,) = publish_run(ResultStore(world.db), _options(world.server, "flaky"), token=TOKEN)
-    assert pub.status == PUBLISHED, pub.message
+    assert pub.status == PublicationStatus.PUBLISHED, pub.message
     statuses = [s for _, path, s in world.server.log if path.startswith("/api/models/flaky/")]
     assert 500 in statuses and 429 in statuses
     assert len(world.server.commits(repo)) == 2  # the repo's initial commit + ours, nothing half-done
@@ -153,8 +151,8 @@ def test_failed_verification_is_refused(world: World) -> None:
     (candidate,) = load_candidates(ResultStore(world.db), world.run_id)
     failed = dataclasses.replace(candidate, job_status="failed")
     seen = len(world.server.log)
-    pub = publish_candidate(None, failed, _options(world.server, "refused"), token=TOKEN)
-    assert pub.status == REFUSED and "--include-failed" in (pub.message or "")
+    pub = publish_candidate(None, failed, _options(world.server, "refused"))
+    assert pub.status == PublicationStatus.REFUSED and "--include-failed" in (pub.message or "")
     assert len(world.server.log) == seen
 
 

@@ -269,7 +269,7 @@ def publish(
     from huggingface_hub import get_token
 
     from .errors import UsageError
-    from .stages.publish import FAILED, PublishOptions, publish_run
+    from .publish import PublicationStatus, PublishOptions, publish_run
     from .store import ResultStore
 
     token = get_token()
@@ -282,7 +282,7 @@ def publish(
         click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
                    f"{p.message or p.commit_url or ''}")
     click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
-    sys.exit(1 if any(p.status == FAILED for p in pubs) else 0)
+    sys.exit(1 if any(p.status == PublicationStatus.FAILED for p in pubs) else 0)
 
 
 @cli.command()
