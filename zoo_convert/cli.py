@@ -7,11 +7,13 @@ regression found), 2 bad usage or bad input.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from .errors import ZooConvertError
+from .hub_budget import HubLimits
 from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
 
 
@@ -47,6 +49,20 @@ _NO_OPTIMIZE = click.option(
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
 
 
+def _hub_budget(f: Callable[..., None]) -> Callable[..., None]:
+    """The Hub request budget options; every Hub request of the command (and of a run's workers) draws from it."""
+    f = click.option("--hub-downloads-per-5min", type=click.IntRange(1), default=5000, show_default=True,
+                     help="Hub file downloads (/resolve/) per 5 minutes, for the whole run")(f)
+    return click.option("--hub-requests-per-5min", type=click.IntRange(1), default=1000, show_default=True,
+                        help="Hub API requests per 5 minutes, for the whole run (the token's limit)")(f)
+
+
+def _install_hub_budget(requests_per_5min: int, downloads_per_5min: int) -> None:
+    from .hub_budget import LocalGovernor, install
+
+    install(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
+
+
 @cli.command()
 @click.argument("source")
 @click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
@@ -59,6 +75,7 @@ _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the late
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_hub_budget
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
 def convert(
     source: str,
@@ -72,6 +89,8 @@ def convert(
     allow_pickle: bool,
     no_optimize: bool,
     no_benchmark: bool,
+    hub_requests_per_5min: int,
+    hub_downloads_per_5min: int,
     as_json: bool,
 ) -> None:
     """Convert one checkpoint (hub id or local folder) and verify it.
@@ -95,6 +114,7 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
+    _install_hub_budget(hub_requests_per_5min, hub_downloads_per_5min)
     result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
@@ -301,6 +321,7 @@ def publish(
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_hub_budget
 def run(
     manifest_path: str,
     db_path: str,
@@ -317,6 +338,8 @@ def run(
     hf_cache: str | None,
     no_optimize: bool,
     no_benchmark: bool,
+    hub_requests_per_5min: int,
+    hub_downloads_per_5min: int,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
@@ -347,6 +370,7 @@ def run(
         force=force,
         retry_failed=retry_failed,
         max_attempts=max_attempts,
+        hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
     )
     run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
 
