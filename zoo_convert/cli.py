@@ -7,13 +7,13 @@ regression found), 2 bad usage or bad input.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import click
 
 from .errors import ZooConvertError
-from .hub_budget import HubLimits
+from .hub_budget import Governor, HubLimits
 from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
 
 
@@ -49,18 +49,19 @@ _NO_OPTIMIZE = click.option(
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
 
 
-def _hub_budget(f: Callable[..., None]) -> Callable[..., None]:
-    """The Hub request budget options; every Hub request of the command (and of a run's workers) draws from it."""
-    f = click.option("--hub-downloads-per-5min", type=click.IntRange(1), default=5000, show_default=True,
-                     help="Hub file downloads (/resolve/) per 5 minutes, for the whole run")(f)
-    return click.option("--hub-requests-per-5min", type=click.IntRange(1), default=1000, show_default=True,
-                        help="Hub API requests per 5 minutes, for the whole run (the token's limit)")(f)
+# Every Hub request of the command (and of a run's workers) draws from this budget.
+_HUB_REQUESTS = click.option("--hub-requests-per-5min", type=click.IntRange(1), default=HubLimits.api, show_default=True,
+                             help="Hub API requests per 5 minutes, for the whole run (the token's limit)")
+_HUB_DOWNLOADS = click.option("--hub-downloads-per-5min", type=click.IntRange(1), default=HubLimits.resolvers,
+                              show_default=True,
+                              help="Hub file downloads (/resolve/) per 5 minutes, for the whole run")
 
 
-def _install_hub_budget(requests_per_5min: int, downloads_per_5min: int) -> None:
-    from .hub_budget import LocalGovernor, install
+def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.resolvers) -> AbstractContextManager[Governor]:
+    """The command's Hub requests paced by one budget while it runs."""
+    from .hub_budget import LocalGovernor, governing
 
-    install(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
+    return governing(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
 
 
 @cli.command()
@@ -75,7 +76,8 @@ def _install_hub_budget(requests_per_5min: int, downloads_per_5min: int) -> None
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
-@_hub_budget
+@_HUB_REQUESTS
+@_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
 def convert(
     source: str,
@@ -114,8 +116,8 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
-    _install_hub_budget(hub_requests_per_5min, hub_downloads_per_5min)
-    result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
+    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min):
+        result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
@@ -268,6 +270,10 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
 @click.option("--private", is_flag=True, help="create new repos private")
 @click.option("--include-failed", is_flag=True, help="also publish models whose verification failed")
+@click.option("--token", help="Hub write token (default: $HF_TOKEN, else the huggingface-cli login)")
+@click.option("--hub-commits-per-hour", type=click.IntRange(1), default=128, show_default=True,
+              help="commits the token may make per hour; the rest is deferred to the next publish")
+@_HUB_REQUESTS
 def publish(
     db_path: str,
     run: str,
@@ -277,10 +283,14 @@ def publish(
     dry_run: bool,
     private: bool,
     include_failed: bool,
+    token: str | None,
+    hub_commits_per_hour: int,
+    hub_requests_per_5min: int,
 ) -> None:
     """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
 
-    The token comes from $HF_TOKEN or `huggingface-cli login`.
+    Models an earlier publish deferred (its commit budget was spent) go first, oldest first.
+    The token is checked once before anything is sent.
 
     Example:
 
@@ -292,12 +302,13 @@ def publish(
     from .publish import PublicationStatus, PublishOptions, publish_run
     from .store import ResultStore
 
-    token = get_token()
+    token = token or get_token()
     if token is None and not dry_run:
-        raise UsageError("no Hub token: set HF_TOKEN or run `huggingface-cli login`")
-    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint,
-                             private=private, dry_run=dry_run, include_failed=include_failed)
-    pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+        raise UsageError("no Hub token: pass --token, set HF_TOKEN or run `huggingface-cli login`")
+    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint, private=private,
+                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour)
+    with _hub_budget(hub_requests_per_5min):
+        pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
     for p in pubs:
         click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
                    f"{p.message or p.commit_url or ''}")
@@ -321,7 +332,8 @@ def publish(
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
-@_hub_budget
+@_HUB_REQUESTS
+@_HUB_DOWNLOADS
 def run(
     manifest_path: str,
     db_path: str,

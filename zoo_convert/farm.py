@@ -164,11 +164,8 @@ def run_farm(
     progress: Progress | None = None,
 ) -> FarmReport:
     """Convert every job of the manifest that the DB does not answer yet; record each result as it lands."""
-    previous = hub_budget.install(LocalGovernor(options.hub_limits))
-    try:
+    with hub_budget.governing(LocalGovernor(options.hub_limits)):
         return _run_farm(manifest_path, db_path, settings, options, job_fn, progress)
-    finally:
-        hub_budget.install(previous)
 
 
 def _run_farm(

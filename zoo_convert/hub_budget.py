@@ -27,12 +27,13 @@ Requests to other hosts (LFS storage, CDNs) and other paths are not metered.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -169,6 +170,16 @@ def install(governor: Governor | None) -> Governor | None:
     else:
         configure_http_backend(lambda: _GovernedSession(governor))
     return previous
+
+
+@contextlib.contextmanager
+def governing(governor: Governor) -> Iterator[Governor]:
+    """``install(governor)`` for the length of a ``with`` block, then put back what was there."""
+    previous = install(governor)
+    try:
+        yield governor
+    finally:
+        install(previous)
 
 
 def installed() -> Governor | None:

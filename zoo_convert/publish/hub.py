@@ -1,14 +1,21 @@
-"""The Hub calls publishing makes, each retried after a 429, a 5xx or a connection error."""
+"""The Hub calls publishing makes, each retried after a 429, a 5xx or a connection error.
+
+Every request also draws from the process's Hub request budget once one is installed
+(:mod:`zoo_convert.hub_budget`, as the CLI does), which paces them, pauses every caller
+after a 429 and sends a refused read again itself; the retries here cover what it
+cannot send twice (a commit's streamed body) and the Hub's own hiccups.
+"""
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..errors import PublishError, UsageError
+from ..hub_budget import retry_after
 from ..stages.fetch import is_local
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,25 @@ class HubClient:
         self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
         self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
         self._token = token
+
+    def check_token(self) -> str:
+        """The token's user name, in one request; a token the Hub refuses, or a read-only one, stops here."""
+        import requests
+
+        try:
+            me = self.retry(lambda: self.api.whoami(), "check the token")
+        except requests.HTTPError as exc:  # whoami raises a plain HTTPError for a 401
+            status = exc.response.status_code if exc.response is not None else None
+            if status in (401, 403):
+                raise UsageError(
+                    f"the Hub at {self.endpoint} refuses the token (HTTP {status}); "
+                    "pass a valid write token with --token or HF_TOKEN"
+                ) from None
+            raise PublishError(f"cannot check the token at {self.endpoint}: HTTP {status}") from None
+        role = ((me.get("auth") or {}).get("accessToken") or {}).get("role")
+        if role == "read":
+            raise UsageError(f"the token of {me.get('name')} is read-only; publishing needs a write token")
+        return str(me.get("name"))
 
     def create_repo(self, repo_id: str, *, private: bool) -> None:
         """Create the repo unless it exists (an existing repo keeps its visibility)."""
@@ -116,23 +142,12 @@ class HubClient:
                 status = response.status_code
                 if status != 429 and status < 500:
                     return None
-                after = _retry_after(response.headers.get("Retry-After"))
+                after = retry_after(response.headers)
                 return min(after, self.max_backoff_s) if after is not None else backoff
             if isinstance(seen, (requests.ConnectionError, requests.Timeout)):
                 return backoff
             seen = seen.__cause__
         return None
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds: a number or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time()) if when else None
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,10 +1,19 @@
-"""Publish a run: one repo and one commit per verified model, nothing when the Hub already has it."""
+"""Publish a run: one repo and one commit per verified model, nothing when the Hub already has it.
+
+The Hub allows a token so many commits per hour (128). Publishing counts the commits
+it made within the last hour (the ``publications`` table says), and when the budget
+is spent it stops committing: the rest of the run is recorded ``deferred``, and the
+next ``publish`` takes the deferred models first, oldest first, before its own run.
+A deferred model whose repo a newer conversion also targets is ``superseded``, so no
+repo gets two commits for one publish of one model.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -28,6 +37,8 @@ class PublicationStatus(str, Enum):
     DRY_RUN = "dry_run"
     REFUSED = "refused"
     FAILED = "failed"
+    DEFERRED = "deferred"  # the commit budget was spent; the next publish takes it first
+    SUPERSEDED = "superseded"  # deferred, then a newer conversion of the same repo came along
 
     def __str__(self) -> str:
         return self.value
@@ -46,6 +57,8 @@ class PublishOptions:
         include_failed: also publish models whose verification failed (their failed variants too).
         max_retries: retries of one Hub call after a 429, a 5xx or a connection error.
         backoff_s / max_backoff_s: first and largest wait between retries without Retry-After.
+        commits_per_hour: commits the token may make per ``commit_window_s`` (the Hub's: 128 an hour).
+        commit_window_s: the window of that budget (an hour; shorter only in tests).
     """
 
     namespace: str
@@ -57,6 +70,8 @@ class PublishOptions:
     max_retries: int = 8
     backoff_s: float = 2.0
     max_backoff_s: float = 600.0
+    commits_per_hour: int = 128
+    commit_window_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -89,27 +104,60 @@ class Publication:
 
 
 def publish_run(store: ResultStore, options: PublishOptions, *, run: str = "latest", token: str | None = None) -> list[Publication]:
-    """Publish every candidate of ``run`` (a run id or ``latest``); record each outcome unless dry-run."""
+    """Publish what earlier publishes deferred, then every candidate of ``run`` (a run id or ``latest``),
+    within the commit budget; record each outcome unless dry-run.
+
+    The token is checked once before anything else: a token the Hub refuses stops here.
+    """
     _check_template(options.repo_template)
+    if not token and not options.dry_run:
+        raise UsageError("publishing needs a Hub token: pass --token, set HF_TOKEN or run `huggingface-cli login`")
     run_id = queries.find_run(store, run)
-    candidates = load_candidates(store, run_id)
     client = HubClient(options.endpoint, token, max_retries=options.max_retries, backoff_s=options.backoff_s,
                        max_backoff_s=options.max_backoff_s)
+    if token:
+        client.check_token()
+    deferred = _deferred(store, options)
+    queue = [*deferred, *(c for c in load_candidates(store, run_id) if c.job_key not in {d.job_key for d in deferred})]
+    since = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=options.commit_window_s)
+    commits_left = options.commits_per_hour - queries.commits_since(store, since)
+    newer: set[int] = set()  # positions whose repo a later candidate targets too
+    seen: set[str] = set()
+    for i in range(len(queue) - 1, -1, -1):
+        repo_id = repo_id_for(queue[i], options)
+        if repo_id in seen:
+            newer.add(i)
+        seen.add(repo_id)
     out: list[Publication] = []
     claimed: dict[str, str] = {}
-    for c in candidates:
+    done = queries.published_jobs(store)
+    for i, c in enumerate(queue):
         repo_id = repo_id_for(c, options)
-        if repo_id in claimed:
-            pub = Publication(c.run_id, c.job_key, c.source, repo_id, PublicationStatus.REFUSED, message=(
+        base = Publication(c.run_id, c.job_key, c.source, repo_id, PublicationStatus.FAILED)
+        if commits_left <= 0 and (c.job_key, repo_id) in done:
+            continue  # published before; with commits to spare it is checked again, else left as it is
+        if i < len(deferred) and i in newer:
+            pub = replace(base, status=PublicationStatus.SUPERSEDED,
+                          message="a newer conversion of this model is published to the same repo instead")
+        elif repo_id in claimed:
+            pub = replace(base, status=PublicationStatus.REFUSED, message=(
                 f"{repo_id} is already taken by {claimed[repo_id]} in this run; "
                 "put {exporter} or {opset} in --repo-template to keep them apart"))
+        elif commits_left <= 0 and (c.passed or options.include_failed):
+            pub = replace(base, status=PublicationStatus.DEFERRED, message=(
+                f"the commit budget ({options.commits_per_hour} per {options.commit_window_s / 3600:g} h) is spent; "
+                "the next publish takes it first"))
         else:
             claimed[repo_id] = c.job_key
             pub = publish_candidate(client, c, options)
+            if pub.status in (PublicationStatus.PUBLISHED, PublicationStatus.DRY_RUN):
+                commits_left -= 1
         log.info("%s %s: %s", pub.status, repo_id, pub.message or pub.commit_url or "")
-        if not options.dry_run:
-            store.record_publication(pub.to_row())
         out.append(pub)
+        if not options.dry_run and pub.status is not PublicationStatus.DEFERRED:
+            store.record_publication(pub.to_row())
+    if not options.dry_run:  # in one go: at the Hub's scale most of a night's models wait
+        store.record_publications([p.to_row() for p in out if p.status is PublicationStatus.DEFERRED])
     return out
 
 
@@ -192,6 +240,20 @@ def _publish(client: HubClient, c: Candidate, options: PublishOptions, base: Pub
         return replace(base, status=PublicationStatus.PUBLISHED, commit_sha=sha, commit_url=f"{url}/commit/{sha}",
                        files=n_files, uploaded_files=len(changed) + 1, uploaded_bytes=sent)
     raise PublishError(f"{repo_id} kept changing under us; gave up after 3 attempts")
+
+
+def _deferred(store: ResultStore, options: PublishOptions) -> list[Candidate]:
+    """Candidates earlier publishes deferred to the same repos these options target, oldest first."""
+    rows = queries.deferred_publications(store)
+    by_run: dict[str, list[str]] = {}
+    for r in rows:
+        by_run.setdefault(r["run_id"], []).append(r["job_key"])
+    found = {(c.run_id, c.job_key): c for run_id, keys in by_run.items() for c in load_candidates(store, run_id, keys)}
+    return [
+        found[(r["run_id"], r["job_key"])]
+        for r in rows
+        if (r["run_id"], r["job_key"]) in found and repo_id_for(found[(r["run_id"], r["job_key"])], options) == r["repo_id"]
+    ]
 
 
 def _check_template(template: str) -> None:

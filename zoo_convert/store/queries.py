@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,34 @@ def job_results(store: ResultStore, run_id: str, job_keys: list[str] | None = No
         r["finished_at"] = r["finished_at"].isoformat() if r["finished_at"] else None
         out.append(r)
     return out
+
+
+def deferred_publications(store: ResultStore) -> list[dict[str, Any]]:
+    """Jobs whose latest ``publications`` row says ``deferred``: run_id, job_key, repo_id, oldest deferral first."""
+    columns, rows = query(
+        store,
+        "SELECT run_id, job_key, arg_max(repo_id, published_at) AS repo_id,"
+        " min(published_at) FILTER (WHERE status = 'deferred') AS deferred_at"
+        " FROM publications GROUP BY run_id, job_key"
+        " HAVING arg_max(status, published_at) = 'deferred' ORDER BY deferred_at, job_key",
+    )
+    return [dict(zip(columns, r)) for r in rows]
+
+
+def published_jobs(store: ResultStore) -> set[tuple[str, str]]:
+    """(job_key, repo_id) pairs whose latest ``publications`` row says the repo holds them (published or unchanged)."""
+    rows = query(
+        store,
+        "SELECT job_key, repo_id FROM publications GROUP BY job_key, repo_id"
+        " HAVING arg_max(status, published_at) IN ('published', 'unchanged')",
+    )[1]
+    return {(k, r) for k, r in rows}
+
+
+def commits_since(store: ResultStore, since: datetime) -> int:
+    """Commits publishing made after ``since`` (naive UTC, as the DB stores it)."""
+    rows = query(store, "SELECT count(*) FROM publications WHERE status = 'published' AND published_at > ?", [since])[1]
+    return int(rows[0][0])
 
 
 def _as_dict(value: Any) -> dict[str, str]:
