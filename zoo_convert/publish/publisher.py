@@ -197,23 +197,16 @@ def publish_candidate(client: HubClient | None, c: Candidate, options: PublishOp
 
 def _publish(client: HubClient, c: Candidate, options: PublishOptions, base: Publication) -> Publication:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError
 
     repo_id = base.repo_id
     local = {p: hash_file(f) for p, f in repo_files(c, include_failed=options.include_failed).items()}
     variants = {variant_of(p) for p in local if p.endswith(".onnx")}
     n_files = len(local) + 1
     url = f"{client.endpoint}/{repo_id}"
-    if not options.dry_run:
-        client.create_repo(repo_id, private=options.private)
     # A commit names its parent, so a concurrent push answers 412 and we compare again.
     for _ in range(3):
-        try:
-            head, remote = client.remote_files(repo_id)
-        except RepositoryNotFoundError:
-            if not options.dry_run:
-                raise
-            head, remote = None, {}
+        head, remote = _remote_files(client, repo_id, options)
         changed = [p for p, f in local.items() if not f.same_as(remote.get(p))]
         stale = [p for p in remote if p.startswith("onnx/") and p not in local]
         if not changed and not stale and "README.md" in remote:
@@ -240,6 +233,19 @@ def _publish(client: HubClient, c: Candidate, options: PublishOptions, base: Pub
         return replace(base, status=PublicationStatus.PUBLISHED, commit_sha=sha, commit_url=f"{url}/commit/{sha}",
                        files=n_files, uploaded_files=len(changed) + 1, uploaded_bytes=sent)
     raise PublishError(f"{repo_id} kept changing under us; gave up after 3 attempts")
+
+
+def _remote_files(client: HubClient, repo_id: str, options: PublishOptions) -> tuple[str | None, dict[str, Any]]:
+    """The repo's head and files; a missing repo is created first (asked after, so an existing one costs one request)."""
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        return client.remote_files(repo_id)
+    except RepositoryNotFoundError:
+        if options.dry_run:
+            return None, {}
+    client.create_repo(repo_id, private=options.private)
+    return client.remote_files(repo_id)
 
 
 def _deferred(store: ResultStore, options: PublishOptions) -> list[Candidate]:
