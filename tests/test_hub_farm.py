@@ -57,6 +57,13 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ[k] = v
 
 
+def _seed(server: HubServer, ids: list[str], folder: Path, tmp_path: Path) -> Path:
+    """Each id seeded on the Hub with ``folder``; the manifest converting them (fp32, fill-mask)."""
+    for repo in ids:
+        server.seed_repo(repo, folder)
+    return write_manifest([{"source": r, "task": "fill-mask", "variants": ["fp32"]} for r in ids], tmp_path / "m.parquet")
+
+
 def _run(server: HubServer, manifest: Path, tmp_path: Path, **options: object) -> tuple[FarmReport, Counter[str]]:
     """One farm run of fetch_only; its report and the Hub requests it made, per route."""
     settings = Settings(out_dir=str(tmp_path / "out"), hf_endpoint=server.url, hf_cache=str(tmp_path / "cache"),
@@ -71,10 +78,7 @@ def test_requests_per_model_new_unchanged_and_changed(local_ray: None, tmp_path:
     ids = ["zoo/m0", "zoo/m1", "zoo/m2", "zoo/m3", "solo/a", "other/b"]
     folder = _checkpoint(tmp_path / "ckpt")
     with HubServer() as server:
-        for repo in ids:
-            server.seed_repo(repo, folder)
-        manifest = write_manifest([{"source": r, "task": "fill-mask", "variants": ["fp32"]} for r in ids],
-                                  tmp_path / "m.parquet")
+        manifest = _seed(server, ids, folder, tmp_path)
 
         first, requests = _run(server, manifest, tmp_path, max_attempts=1)
         assert first.by_status == {"passed": 6}
@@ -97,10 +101,7 @@ def test_resolution_that_fails_for_now_is_retried_within_the_run(local_ray: None
     ids = ["flaky/m", "slow/m", "down/m"]
     folder = _checkpoint(tmp_path / "ckpt")
     with HubServer() as server:
-        for repo in ids:
-            server.seed_repo(repo, folder)
-        manifest = write_manifest([{"source": r, "task": "fill-mask", "variants": ["fp32"]} for r in ids],
-                                  tmp_path / "m.parquet")
+        manifest = _seed(server, ids, folder, tmp_path)
         server.fail_next(r"^/api/models/flaky/m", 503)  # planning's request fails once
         server.stall_next(r"^/api/models/slow/m", 60.0)  # planning's request would hang past the night
         server.fail_next(r"^/api/models/down/m", 503, times=100)  # down for the whole run
@@ -126,10 +127,7 @@ def test_300_models_two_workers_one_budget(local_ray: None, tmp_path: Path) -> N
     limits = {"api": (60, 10.0), "resolvers": (150, 10.0)}
     with HubServer(limits=limits) as server:
         folder = _checkpoint(tmp_path / "ckpt")
-        for repo in ids:
-            server.seed_repo(repo, folder)
-        manifest = write_manifest([{"source": r, "task": "fill-mask", "variants": ["fp32"]} for r in ids],
-                                  tmp_path / "m.parquet")
+        manifest = _seed(server, ids, folder, tmp_path)
         # The fork server's warm-up is not Hub time: let it happen before the clock starts.
         warm = run_isolated(fetch_only, ManifestEntry(source=str(folder), task="fill-mask"), Settings())
         assert warm.passed, warm.message
