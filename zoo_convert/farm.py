@@ -94,7 +94,7 @@ class FarmReport:
         ray_started: whether the run needed Ray at all.
         by_status / by_kind: counts of recorded results.
         retries: resubmissions after transient failures.
-        unresolved: hub ids the Hub could not resolve during the run (nothing recorded; the next run tries again).
+        unresolved: hub ids the Hub could not resolve yet; at the end, those left for the next run (nothing recorded).
         seconds: wall time of the run.
     """
 
@@ -183,10 +183,10 @@ def _run_farm(
     store = ResultStore(db_path)
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
     plan = make_plan(manifest, settings, done, store.last_durations())
-    report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped)
+    report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved))
     progress = progress or Progress()
-    progress.start(report, len(plan.jobs) + len(plan.invalid), len(plan.unresolved))
-    needs_ray = bool(plan.jobs or plan.unresolved)
+    progress.start(report, len(plan.jobs) + len(plan.invalid))
+    needs_ray = bool(plan.jobs) or (bool(plan.unresolved) and options.max_attempts > 1)
     started_ray = needs_ray and not ray.is_initialized()
     if started_ray and options.address is None:
         _prestart_fork_server()
@@ -257,8 +257,6 @@ class _Driver:
         queue = [(job, 1) for job in reversed(jobs)]  # pop() from the end keeps the plan's priority order
         if unresolved and self.options.max_attempts > 1:  # planning's try was the first
             self.unresolved = (list(unresolved), 2, time.monotonic() + self._backoff(2))
-        else:
-            self.report.unresolved = len(unresolved)
         while queue or self.waiting or self.in_flight or self.unresolved or self.resolving:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
@@ -307,10 +305,9 @@ class _Driver:
                 else:
                     new.append((job, 1))
             self.progress.resolved(len(new), still, attempt, final=attempt >= self.options.max_attempts)
+            self.report.unresolved = len(still)
             if still and attempt < self.options.max_attempts:
                 self.unresolved = (still, attempt + 1, time.monotonic() + self._backoff(attempt + 1))
-            else:
-                self.report.unresolved = len(still)
         if self.unresolved and self.resolving is None and time.monotonic() >= self.unresolved[2]:
             self.resolving = self._resolver.submit(keyed_jobs, self.unresolved[0], self.settings)
             # self.unresolved stays until the try ends: it holds the attempt number
@@ -425,14 +422,15 @@ class Progress:
         self.todo = 0
         self.running = 0
 
-    def start(self, report: FarmReport, todo: int, unresolved: int = 0) -> None:
+    def start(self, report: FarmReport, todo: int) -> None:
         """Say what the run will do."""
         self.t0, self.todo = time.monotonic(), todo
-        if todo == 0 and not unresolved:
+        if todo == 0 and not report.unresolved:
             self._line(f"nothing to do: all {report.total} jobs already have a result (use --force or --retry-failed)")
         else:
             self._line(f"run {report.run_id}: {todo} to do, {report.skipped} of {report.total} already done"
-                       + (f", {unresolved} hub ids to resolve again (the Hub did not answer)" if unresolved else ""))
+                       + (f", {report.unresolved} hub ids to resolve again (the Hub did not answer)"
+                          if report.unresolved else ""))
 
     def resolved(self, new_jobs: int, still: list[ManifestEntry], attempt: int, *, final: bool) -> None:
         """A later try at resolving hub ids: how many became jobs, and what is still unresolved."""
