@@ -105,7 +105,7 @@ def list_snapshots(owner: str, wanted: set[str], settings: Settings) -> dict[str
                     found[source] = HubSnapshot(sha=item["sha"], files=files)
             url, params = response.links.get("next", {}).get("url"), None  # the next link carries the query
     except Exception as exc:  # noqa: BLE001 - a listing is only a shortcut; model_info asks again
-        log.info("listing the models of %s stopped after %d page(s): %s", owner, pages, _first_line(exc))
+        log.info("listing the models of %s stopped after %d page(s): %s: %s", owner, pages, type(exc).__name__, exc)
     return found
 
 
