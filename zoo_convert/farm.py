@@ -41,6 +41,7 @@ from typing import IO, Any
 
 import ray
 import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
 from .errors import FailureKind, ManifestError, ZooConvertError
@@ -371,7 +372,11 @@ def _cluster_budget(limits: HubLimits, run_id: str) -> ray.actor.ActorHandle:
     """The run's Hub budget as an actor the driver and every worker draw from, continuing what planning spent."""
     local = hub_budget.installed()
     history = local.history() if isinstance(local, LocalGovernor) else {}
-    actor = _HubBudget.options(name=f"zoo-convert-hub-budget-{run_id}").remote(limits, history)
+    # On the driver's node, which the run cannot outlive; restarted (with a fresh budget) if it dies anyway.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    actor = _HubBudget.options(
+        name=f"zoo-convert-hub-budget-{run_id}", scheduling_strategy=here, max_restarts=-1, max_task_retries=-1
+    ).remote(limits, history)
     hub_budget.install(_ClusterGovernor(actor))
     return actor
 
