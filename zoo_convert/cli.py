@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TypeVar
 
 import click
 
 from .errors import ZooConvertError
+from .hub_budget import Governor, HubLimits
 from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -51,6 +53,21 @@ _NO_OPTIMIZE = click.option(
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
 
 
+# Every Hub request of the command (and of a run's workers) draws from this budget.
+_HUB_REQUESTS = click.option("--hub-requests-per-5min", type=click.IntRange(1), default=HubLimits.api, show_default=True,
+                             help="Hub API requests per 5 minutes, for the whole run (the token's limit)")
+_HUB_DOWNLOADS = click.option("--hub-downloads-per-5min", type=click.IntRange(1), default=HubLimits.resolvers,
+                              show_default=True,
+                              help="Hub file downloads (/resolve/) per 5 minutes, for the whole run")
+
+
+def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.resolvers) -> AbstractContextManager[Governor]:
+    """The command's Hub requests paced by one budget while it runs."""
+    from .hub_budget import LocalGovernor, governing
+
+    return governing(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
+
+
 @cli.command()
 @click.argument("source")
 @click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
@@ -64,6 +81,8 @@ _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the late
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_HUB_REQUESTS
+@_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
 def convert(
     source: str,
@@ -77,6 +96,8 @@ def convert(
     allow_pickle: bool,
     no_optimize: bool,
     no_benchmark: bool,
+    hub_requests_per_5min: int,
+    hub_downloads_per_5min: int,
     as_json: bool,
 ) -> None:
     """Convert one checkpoint (hub id or local folder) and verify it.
@@ -100,7 +121,8 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
-    result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
+    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min):
+        result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
@@ -264,6 +286,10 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
 @click.option("--private", is_flag=True, help="create new repos private")
 @click.option("--include-failed", is_flag=True, help="also publish models whose verification failed")
+@click.option("--token", help="Hub write token (default: $HF_TOKEN, else the huggingface-cli login)")
+@click.option("--hub-commits-per-hour", type=click.IntRange(1), default=128, show_default=True,
+              help="commits the token may make per hour; the rest is deferred to the next publish")
+@_HUB_REQUESTS
 def publish(
     db_path: str,
     run: str,
@@ -273,10 +299,14 @@ def publish(
     dry_run: bool,
     private: bool,
     include_failed: bool,
+    token: str | None,
+    hub_commits_per_hour: int,
+    hub_requests_per_5min: int,
 ) -> None:
     """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
 
-    The token comes from $HF_TOKEN or `huggingface-cli login`.
+    Models an earlier publish deferred (its commit budget was spent) go first, oldest first.
+    The token is checked once before anything is sent.
 
     Example:
 
@@ -286,20 +316,21 @@ def publish(
     from huggingface_hub import get_token
 
     from .errors import UsageError
-    from .stages.publish import FAILED, PublishOptions, publish_run
+    from .publish import PublicationStatus, PublishOptions, publish_run
     from .store import ResultStore
 
-    token = get_token()
+    token = token or get_token()
     if token is None and not dry_run:
-        raise UsageError("no Hub token: set HF_TOKEN or run `huggingface-cli login`")
-    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint,
-                             private=private, dry_run=dry_run, include_failed=include_failed)
-    pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+        raise UsageError("no Hub token: pass --token, set HF_TOKEN or run `huggingface-cli login`")
+    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint, private=private,
+                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour)
+    with _hub_budget(hub_requests_per_5min):
+        pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
     for p in pubs:
         click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
                    f"{p.message or p.commit_url or ''}")
     click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
-    sys.exit(1 if any(p.status == FAILED for p in pubs) else 0)
+    sys.exit(1 if any(p.status == PublicationStatus.FAILED for p in pubs) else 0)
 
 
 @cli.command()
@@ -319,6 +350,8 @@ def publish(
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
+@_HUB_REQUESTS
+@_HUB_DOWNLOADS
 def run(
     manifest_path: str,
     db_path: str,
@@ -336,6 +369,8 @@ def run(
     no_optimize: bool,
     no_benchmark: bool,
     name: str | None,
+    hub_requests_per_5min: int,
+    hub_downloads_per_5min: int,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
@@ -368,6 +403,7 @@ def run(
         force=force,
         retry_failed=retry_failed,
         max_attempts=max_attempts,
+        hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
     )
     run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
 

@@ -25,6 +25,19 @@ FAILED = "failed"
 
 
 @dataclass(frozen=True)
+class HubSnapshot:
+    """A hub checkpoint as planning resolved it, so the job downloads it without asking the Hub again.
+
+    Attributes:
+        sha: the commit the entry's revision pointed at.
+        files: every file path in that commit.
+    """
+
+    sha: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ManifestEntry:
     """One conversion job: a checkpoint with the settings it is converted with.
 
@@ -43,6 +56,7 @@ class ManifestEntry:
         priority: higher runs first.
         tags: free-form labels carried into the DB.
         row: 1-based manifest row this entry came from (None outside a manifest).
+        snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
     """
 
     source: str
@@ -59,6 +73,7 @@ class ManifestEntry:
     priority: int = 0
     tags: tuple[str, ...] = ()
     row: int | None = None
+    snapshot: HubSnapshot | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,7 @@ class Settings:
         timeout_s: default hard timeout per job (farm only).
         hf_endpoint / hf_cache: Hub location and cache; None uses huggingface_hub's defaults.
         offline: never touch the network (HF_HUB_OFFLINE semantics).
+        hub_timeout_s: how long one Hub request may wait for an answer (connect and each read).
         external_data_threshold: models above this many bytes store weights as external data.
         optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
             (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
@@ -114,6 +130,7 @@ class Settings:
     hf_endpoint: str | None = None
     hf_cache: str | None = None
     offline: bool = False
+    hub_timeout_s: float = 10.0
     external_data_threshold: int = 2 * 1024**3
     optimize: bool = True
     benchmark: bool = True

@@ -19,7 +19,7 @@ import math
 import re
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -193,8 +193,13 @@ class ResultStore:
 
     def record_publication(self, row: dict[str, Any]) -> None:
         """Append one publish outcome (``publish.Publication.to_row()``) to ``publications``."""
+        self.record_publications([row])
+
+    def record_publications(self, rows: list[dict[str, Any]]) -> None:
+        """Append several publish outcomes in one transaction, their timestamps in the order given."""
+        now = _utcnow()
         with self._transaction() as con:
-            _insert(con, "publications", [{**row, "published_at": _utcnow()}])
+            _insert(con, "publications", [{**row, "published_at": now + timedelta(microseconds=i)} for i, row in enumerate(rows)])
 
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
         """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed."""

@@ -298,3 +298,81 @@ def _cell(value: Any, max_width: int) -> str:
 
 def _sql_string(path: Path) -> str:
     return str(path).replace("'", "''")
+
+
+def find_run(store: ResultStore, run: str) -> str:
+    """``latest`` -> the newest run id; any other value must name a recorded run."""
+    if run == "latest":
+        rows = query(store, "SELECT run_id FROM runs ORDER BY run_seq DESC LIMIT 1")[1]
+        if not rows:
+            raise StoreError(f"{store.path} has no runs yet")
+        return str(rows[0][0])
+    if not query(store, "SELECT 1 FROM runs WHERE run_id = ?", [run])[1]:
+        raise StoreError(f"no run {run!r} in {store.path}")
+    return run
+
+
+def run_settings(store: ResultStore, run_id: str) -> dict[str, Any]:
+    """The settings a run recorded (``runs.settings``), parsed; empty when it recorded none."""
+    rows = query(store, "SELECT settings FROM runs WHERE run_id = ?", [run_id])[1]
+    try:
+        settings = json.loads(rows[0][0] or "{}") if rows else {}
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
+def job_results(store: ResultStore, run_id: str, job_keys: list[str] | None = None) -> list[dict[str, Any]]:
+    """The ``results`` rows of a run's jobs (all, or those keys), in recorded order.
+
+    ``versions`` comes back as a dict and ``finished_at`` as an ISO-8601 string, whichever
+    shapes the DuckDB driver returns them in.
+    """
+    sql = "SELECT * FROM results WHERE run_id = ?"
+    params: list[Any] = [run_id]
+    if job_keys is not None:
+        sql += " AND list_contains(?, job_key)"
+        params.append(job_keys)
+    columns, rows = query(store, sql + " ORDER BY job_seq, variant", params)
+    out = []
+    for row in rows:
+        r = dict(zip(columns, row))
+        r["versions"] = _as_dict(r["versions"])
+        r["finished_at"] = r["finished_at"].isoformat() if r["finished_at"] else None
+        out.append(r)
+    return out
+
+
+def deferred_publications(store: ResultStore) -> list[dict[str, Any]]:
+    """Jobs whose latest ``publications`` row says ``deferred``: run_id, job_key, repo_id, oldest deferral first."""
+    columns, rows = query(
+        store,
+        "SELECT run_id, job_key, arg_max(repo_id, published_at) AS repo_id,"
+        " min(published_at) FILTER (WHERE status = 'deferred') AS deferred_at"
+        " FROM publications GROUP BY run_id, job_key"
+        " HAVING arg_max(status, published_at) = 'deferred' ORDER BY deferred_at, job_key",
+    )
+    return [dict(zip(columns, r)) for r in rows]
+
+
+def published_jobs(store: ResultStore) -> set[tuple[str, str]]:
+    """(job_key, repo_id) pairs whose latest ``publications`` row says the repo holds them (published or unchanged)."""
+    rows = query(
+        store,
+        "SELECT job_key, repo_id FROM publications GROUP BY job_key, repo_id"
+        " HAVING arg_max(status, published_at) IN ('published', 'unchanged')",
+    )[1]
+    return {(k, r) for k, r in rows}
+
+
+def commits_since(store: ResultStore, since: datetime) -> int:
+    """Commits publishing made after ``since`` (naive UTC, as the DB stores it)."""
+    rows = query(store, "SELECT count(*) FROM publications WHERE status = 'published' AND published_at > ?", [since])[1]
+    return int(rows[0][0])
+
+
+def _as_dict(value: Any) -> dict[str, str]:
+    """A DuckDB MAP as a dict: older drivers return ``{"key": [...], "value": [...]}``."""
+    if isinstance(value, dict) and set(value) == {"key", "value"} and isinstance(value["key"], list):
+        return dict(zip(value["key"], value["value"]))
+    return dict(value or {})

@@ -11,7 +11,7 @@ Tables::
                       any artifact existed has one row with variant NULL
     verification      ORT vs PyTorch per job, variant, output and input shape
     op_census         ONNX op counts of each job's fp32 graph
-    publications      one row per model and publish attempt (stages/publish.py)
+    publications      one row per model and publish attempt (publish/)
     schema_migrations which migrations this file has
 
 Views (the model identity is source + revision + exporter + requested opset)::
