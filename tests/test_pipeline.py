@@ -12,7 +12,6 @@ import onnx
 import pyarrow.parquet as pq
 import pytest
 
-from zoo_convert import pipeline
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
@@ -105,14 +104,11 @@ def unoptimized(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
             (path,) = out.rglob("onnx/model.onnx")
             exported["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
 
-    pipeline.on_stage = hash_export
-    try:
-        result = convert_one(
-            ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
-            Settings(out_dir=str(out), optimize=False, benchmark=False),
-        )
-    finally:
-        pipeline.on_stage = None
+    result = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
+        Settings(out_dir=str(out), optimize=False, benchmark=False),
+        on_stage=hash_export,
+    )
     return result, exported["sha256"]
 
 

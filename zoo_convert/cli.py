@@ -82,8 +82,10 @@ def convert(
         zoo-convert convert build/zoo/bert --out build/onnx --variants fp32,int8
         zoo-convert convert build/zoo/bert --out build/onnx --no-optimize --no-benchmark
     """
-    from .pipeline import convert_one
+    from .pipeline import convert_one, quiet_libraries
     from .report import summary
+
+    quiet_libraries()
 
     entry = ManifestEntry(
         source=source,
