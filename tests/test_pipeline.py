@@ -145,3 +145,47 @@ def test_no_optimize_still_makes_and_verifies_every_variant(unoptimized: tuple[C
     assert result.variant("fp16").optimizer["components"]["model"]["source"] == "plain export"
     assert result.variant("fp16").max_abs <= 5e-2 and result.variant("int8").min_cosine >= 0.98
     assert _census(onnx_dir / "model_quantized.onnx")["MatMulInteger"] > 0
+
+
+# A real bug of ours induced inside a real conversion: a value our own code then trips over.
+# (attribute patched, its value, the stage that fails, a function of ours in the traceback)
+OUR_BUGS = [
+    ("zoo_convert.stages.export.processor_shapes", lambda folder: None, "export", "_export_optimum"),
+    ("zoo_convert.runtime.processor_shapes", lambda folder: None, "verify", "_shape_kwargs"),
+    ("zoo_convert.stages.benchmark.BENCH_SEQUENCE", None, "benchmark", "_clamp_sequence"),
+]
+
+
+@pytest.mark.parametrize(("target", "value", "stage", "frame"), OUR_BUGS, ids=[b[2] for b in OUR_BUGS])
+def test_a_bug_of_ours_is_internal_with_its_traceback(
+    target: str, value: object, stage: str, frame: str, zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zoo_convert.store import ResultStore
+
+    monkeypatch.setattr(target, value)
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), optimize=False, **FAST))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "internal", stage), result.message
+    assert "TypeError: " in result.message and frame in result.traceback
+    if stage != "export":  # a variant-level failure keeps its own traceback, in the record and in the DB
+        fp32 = result.variant("fp32")
+        assert (fp32.failure_kind, fp32.traceback) == ("internal", result.traceback) and frame in fp32.traceback
+        with ResultStore(tmp_path / "results.duckdb") as store:
+            store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+            store.record("r", "k", result)
+            with store.connect() as con:
+                row = con.execute("SELECT failure_kind, stage, traceback FROM results WHERE variant = 'fp32'").fetchone()
+        assert row[:2] == ("internal", stage) and frame in row[2]
+
+
+def test_a_bug_of_ours_while_making_a_variant_fails_that_variant_as_internal(
+    zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("zoo_convert.stages.optimize._GELU_HOPS", None)  # range(None) in our int8 code
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, **FAST))
+    assert result.passed, result.message  # fp32 decides; the broken int8 fails alone
+    int8 = result.variant("int8")
+    assert (int8.status, int8.failure_kind) == ("failed", "internal")
+    assert int8.message.startswith("int8 of model: TypeError: ") and "_after_gelu" in int8.traceback
+    assert "traceback" not in int8.optimizer and "traceback" not in int8.optimizer["components"]["model"]

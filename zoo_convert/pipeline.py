@@ -33,7 +33,6 @@ from .records import (
 from .stages import Artifact, ExportedModel
 from .versions import toolchain_versions
 
-
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
 # leaves it where a crash can still say where the job died.
 StageCallback = Callable[[str], None]

@@ -21,7 +21,8 @@ from typing import Any
 from .errors import ManifestError, ZooConvertError
 from .manifest import Manifest, row_key
 from .records import ManifestEntry, Settings
-from .stages.fetch import is_local, resolve_revision
+from .sources import is_local
+from .stages.fetch import resolve_revision
 from .versions import toolchain_versions
 
 GIB = 1024**3

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import PublishError, UsageError
 from ..records import PASSED, VARIANT_FILES, VARIANTS
-from .fetch import is_local
+from ..sources import is_local
 
 if TYPE_CHECKING:
     from ..store import ResultStore
