@@ -189,3 +189,17 @@ def test_a_bug_of_ours_while_making_a_variant_fails_that_variant_as_internal(
     assert (int8.status, int8.failure_kind) == ("failed", "internal")
     assert int8.message.startswith("int8 of model: TypeError: ") and "_after_gelu" in int8.traceback
     assert "traceback" not in int8.optimizer and "traceback" not in int8.optimizer["components"]["model"]
+
+
+def test_a_numerics_mismatch_is_recorded_with_every_check(zoo_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.records import Tolerance
+
+    strict = {"fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)}
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), tolerances=strict, optimize=False, benchmark=False))
+    fp32 = result.variant("fp32")
+    assert (result.failure_kind, result.stage, fp32.failure_kind) == ("verify_numerics", "verify", "verify_numerics")
+    assert {o.shape for o in fp32.outputs} == {"1x7", "3x19"} and not any(o.passed for o in fp32.outputs)
+    worst = max(fp32.outputs, key=lambda o: o.max_abs)
+    assert fp32.max_abs == worst.max_abs and f"worst {worst.output} at {worst.shape}" in fp32.message
+    assert "(tolerance 0)" in fp32.message and fp32.traceback is None  # data, not a crash

@@ -32,14 +32,6 @@ def exit_code(exc: ZooConvertError) -> int:
     return next(EXIT_CODES[t] for t in type(exc).__mro__ if t in EXIT_CODES)
 
 
-class _LibraryError(click.ClickException):
-    """A library error as click prints it (``Error: message``), with its exit code."""
-
-    def __init__(self, exc: ZooConvertError) -> None:
-        super().__init__(str(exc))
-        self.exit_code = exit_code(exc)
-
-
 class _Group(click.Group):
     """The one error boundary: library errors become one-line messages and exit codes, not tracebacks."""
 
@@ -47,7 +39,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ZooConvertError as exc:
-            raise _LibraryError(exc) from exc
+            click.echo(f"Error: {exc}", err=True)  # as click prints its own errors
+            ctx.exit(exit_code(exc))
 
 
 @click.group(cls=_Group)

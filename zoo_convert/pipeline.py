@@ -15,7 +15,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -93,8 +93,7 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
     )
     try:
         with run.stage("verify", variant=artifact.variant):
-            checks = verify.verify(exported, artifact, settings)
-        base = replace(base, outputs=checks, **_worst(checks))
+            base = _checked(base, verify.verify(exported, artifact, settings))
         if not settings.benchmark:
             return replace(base, status=PASSED)
         with run.stage("benchmark", variant=artifact.variant):
@@ -109,11 +108,10 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
             speedup=lat.speedup,
         )
     except NumericsMismatchError as exc:
-        return replace(
-            base, outputs=exc.checks, **_worst(exc.checks), failure_kind=exc.kind.value, message=exc.message
-        )
+        return replace(_checked(base, exc.checks), failure_kind=exc.kind.value, message=exc.message)
     except Exception as exc:  # noqa: BLE001 - a variant's failure is data
-        return replace(base, **_failure(exc))
+        failure = _failure(exc)
+        return replace(base, failure_kind=failure.kind, message=failure.message, traceback=failure.traceback)
 
 
 def _unmade(artifact: Artifact) -> VariantResult:
@@ -128,25 +126,33 @@ def _unmade(artifact: Artifact) -> VariantResult:
     )
 
 
-def _failure(exc: BaseException) -> dict[str, str]:
-    """Kind, one-line message and traceback of an exception; anything not ours on purpose is ``internal``."""
+@dataclass(frozen=True)
+class _Failure:
+    """What an exception means for the record: its kind, one line, and where it came from."""
+
+    kind: str
+    message: str
+    traceback: str
+
+
+def _failure(exc: BaseException) -> _Failure:
+    """Anything not raised on purpose as one of our errors is ``internal``."""
     kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL
-    return {
-        "failure_kind": kind.value,
-        "message": first_line(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
+    return _Failure(kind.value, first_line(exc), "".join(traceback.format_exception(exc)))
 
 
-def _worst(checks: tuple[OutputCheck, ...]) -> dict[str, float]:
+def _checked(variant: VariantResult, checks: tuple[OutputCheck, ...]) -> VariantResult:
+    """The variant with its output checks and the worst of their numbers."""
     if not checks:
-        return {}
-    return {
-        "max_abs": max(c.max_abs for c in checks),
-        "max_rel": max(c.max_rel for c in checks),
-        "mean_abs": max(c.mean_abs for c in checks),
-        "min_cosine": min(c.cosine for c in checks),
-    }
+        return replace(variant, outputs=checks)
+    return replace(
+        variant,
+        outputs=checks,
+        max_abs=max(c.max_abs for c in checks),
+        max_rel=max(c.max_rel for c in checks),
+        mean_abs=max(c.mean_abs for c in checks),
+        min_cosine=min(c.cosine for c in checks),
+    )
 
 
 def artifacts_dir(settings: Settings, entry: ManifestEntry, resolved_revision: str) -> Path:
@@ -194,7 +200,13 @@ class _Run:
             )
 
     def fail(self, exc: BaseException) -> None:
-        self.failure = {**_failure(exc), "stage": self._current}
+        failure = _failure(exc)
+        self.failure = {
+            "failure_kind": failure.kind,
+            "stage": self._current,
+            "message": failure.message,
+            "traceback": failure.traceback,
+        }
 
     def _failed_stage(self, variant: VariantResult) -> str:
         """The stage a variant failed in; one that optimize could not build never reached another."""
