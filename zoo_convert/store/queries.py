@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import UsageError
 from .db import ResultStore
 
 EXPORTED = ("runs", "results", "verification", "op_census", "publications",
@@ -17,8 +17,8 @@ def query(store: ResultStore, sql: str, params: list[Any] | None = None) -> tupl
     with store.connect() as con:
         try:
             cur = con.execute(sql, params or [])
-        except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL
-            raise StoreError(f"query failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL: bad usage, exit 2
+            raise UsageError(f"query failed: {exc}") from exc
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
@@ -62,7 +62,7 @@ def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str]
         where, params = "run_seq = (SELECT max(run_seq) FROM runs)", []
     else:
         if not query(store, "SELECT 1 FROM runs WHERE run_id = ?", [since])[1]:
-            raise StoreError(f"unknown run {since!r}")
+            raise UsageError(f"unknown run {since!r}")
         where, params = "run_seq > (SELECT run_seq FROM runs WHERE run_id = ?)", [since]
     return query(
         store,
