@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import onnx_graph
 from ..runtime import RuntimeCache
+
+if TYPE_CHECKING:
+    import torch
+    from optimum.exporters.onnx import OnnxConfig
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,8 @@ class Component:
 
     name: str
     path: Path
-    onnx_config: Any = None
-    torch_module: Any = None
+    onnx_config: OnnxConfig | None = None
+    torch_module: torch.nn.Module | None = None
 
 
 @dataclass
@@ -110,6 +113,8 @@ class Artifact:
 
     @property
     def size_bytes(self) -> int:
+        from .. import onnx_graph  # onnx is for the workers: the farm driver imports this module too
+
         return sum(onnx_graph.disk_size(p) for p in self.files.values())
 
 
