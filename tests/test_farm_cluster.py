@@ -21,7 +21,9 @@ TESTS = Path(__file__).resolve().parent
 JOB_S = 4.0
 
 
-def slow_convert(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+def slow_convert(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
     """The real pipeline, a few seconds late, with a marker file while it runs."""
     marker = Path(settings.out_dir, "running", str(os.getpid()))
     marker.parent.mkdir(parents=True, exist_ok=True)

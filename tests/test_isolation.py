@@ -65,7 +65,9 @@ def test_the_same_child_runs_jobs_repeatedly(settings: Settings) -> None:
     # the overhead target (< 150 ms per job) is measured in benchmarks/bench_isolation.py
 
 
-def crash_in_verify(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+def crash_in_verify(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
     assert on_stage is not None, "isolation passes the stage callback"
     on_stage("verify[fp16]")
     os.kill(os.getpid(), signal.SIGSEGV)
@@ -105,7 +107,9 @@ def where_am_i(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallb
     return ConversionResult(source=entry.source, status=PASSED, message=seen)
 
 
-def hang_with_pidfile(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+def hang_with_pidfile(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
     Path(settings.out_dir, "job.pid").write_text(str(os.getpid()))
     time.sleep(3600)
     raise AssertionError("unreachable")

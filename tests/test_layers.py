@@ -56,7 +56,8 @@ before = state()
 result = convert_one(ManifestEntry(source=sys.argv[1], task="feature-extraction", variants=("fp32",)),
                      Settings(out_dir=sys.argv[2], optimize=False, benchmark=False))
 after = state()
-print(json.dumps({"passed": result.passed, "changed": {k: [before[k], after[k]] for k in before if before[k] != after[k]}}))
+changed = {k: [before[k], after[k]] for k in before if before[k] != after[k]}
+print(json.dumps({"passed": result.passed, "changed": changed}))
 """
 
 

@@ -174,7 +174,8 @@ def test_a_bug_of_ours_is_internal_with_its_traceback(
             store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
             store.record("r", "k", result)
             with store.connect() as con:
-                row = con.execute("SELECT failure_kind, stage, traceback FROM results WHERE variant = 'fp32'").fetchone()
+                sql = "SELECT failure_kind, stage, traceback FROM results WHERE variant = 'fp32'"
+                row = con.execute(sql).fetchone()
         assert row[:2] == ("internal", stage) and frame in row[2]
 
 

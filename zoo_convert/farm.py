@@ -215,7 +215,8 @@ class _Driver:
         try:
             return ConversionResult.from_json(ray.get(ref))
         except ray.exceptions.OutOfMemoryError as exc:
-            return failure_result(job.entry, FailureKind.OOM, f"Ray's memory monitor killed the worker: {first_line(exc)}")
+            killed = f"Ray's memory monitor killed the worker: {first_line(exc)}"
+            return failure_result(job.entry, FailureKind.OOM, killed)
         except ray.exceptions.RayTaskError as exc:
             # our task wrapper raised: a bug of ours, not worth retrying
             return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")

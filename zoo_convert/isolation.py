@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import __version__
-from .errors import FailureKind
+from .errors import FailureKind, first_line
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
 from .versions import toolchain_versions
 
@@ -541,7 +541,7 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     try:
         result = job_fn(entry, settings, on_stage=breadcrumb.write_text)
     except Exception as exc:  # noqa: BLE001 - job_fn should never raise; if it does, that is our bug
-        result = failure_result(entry, FailureKind.INTERNAL, f"{type(exc).__name__}: {exc}")
+        result = failure_result(entry, FailureKind.INTERNAL, first_line(exc))
         result = ConversionResult.from_dict({**result.to_dict(), "traceback": traceback.format_exc()})
     tmp = out + ".part"
     Path(tmp).write_text(result.to_json())

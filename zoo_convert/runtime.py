@@ -159,7 +159,9 @@ def cases(
         found: dict[Branch, Case] = {}
         for branch, config, outputs in _branches(comp.onnx_config):
             label = f"{batch}x{seq}" + (f"/{branch.value}" if branch.value else "")
-            found[branch] = _make_case(exported, comp, config, branch, outputs, label, batch, seq, audio_samples, settings)
+            found[branch] = _make_case(
+                exported, comp, config, branch, outputs, label, batch, seq, audio_samples, settings
+            )
         memo[key] = found
     return memo[key]
 
@@ -215,7 +217,8 @@ def _make_case(
         _use_real_text(exported, config, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
         try:
-            with torch_threads(settings.threads), config.patch_model_for_export(comp.torch_module), torch.inference_mode():
+            patched = config.patch_model_for_export(comp.torch_module)
+            with torch_threads(settings.threads), patched, torch.inference_mode():
                 result = comp.torch_module(**copy.deepcopy(torch_inputs))
         except Exception as exc:  # noqa: BLE001 - any PyTorch failure is a verify error
             if is_our_bug(exc):

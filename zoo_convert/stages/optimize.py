@@ -116,7 +116,8 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
                 art = artifacts[variant]
                 art.details["components"][component.name] = details
                 if path is None:
-                    art.traceback = art.traceback or details.pop("traceback", None)
+                    found = details.pop("traceback", None)  # kept on the artifact, not in the recorded details
+                    art.traceback = art.traceback or found
                     art.details.setdefault("failure_kind", details["failure_kind"])
                     art.details.setdefault("error", f"{variant} of {component.name}: {details['error']}")
                 else:

@@ -27,7 +27,7 @@ AUDIO_SAMPLES_PER_STEP = 1000
 
 
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
-    """Compare ``artifact`` against PyTorch at every verify shape; raise NumericsMismatchError when it misses its tolerance."""
+    """Compare ``artifact`` against PyTorch at every verify shape; NumericsMismatchError when it misses its tolerance."""
     tol = settings.tolerances.get(artifact.variant)
     if tol is None:
         raise VerifyError(f"no tolerance configured for variant {artifact.variant!r}")
