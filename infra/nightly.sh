@@ -90,7 +90,7 @@ if [[ -e "$ZOO_DB" ]]; then
   "$ZOO_PYTHON" -c 'import duckdb, sys; duckdb.connect(sys.argv[1]).execute("CHECKPOINT").close()' "$ZOO_DB"
   storage backup "$ZOO_DB" "$ZOO_BACKUP/results-$(date -u +%Y%m%dT%H%M%SZ).duckdb" "$ZOO_BACKUP/results.duckdb"
 fi
-if (( run_status > 1 )); then
+if (( run_status != 0 )); then  # run exits 0 whatever the models did: anything else stopped it
   log "the farm could not run (exit $run_status)"
   exit "$run_status"
 fi

@@ -3,12 +3,16 @@ and a test module's imports (ray, pytest, DuckDB) would cost each job half a sec
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from zoo_convert.errors import ZooConvertError
 from zoo_convert.isolation import failure_result
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 
 
-def fetch_only(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def fetch_only(
+    entry: ManifestEntry, settings: Settings, *, on_stage: Callable[[str], None] | None = None
+) -> ConversionResult:
     """The real fetch stage (cache lookup and vetting), no export: what is measured is Hub traffic."""
     from zoo_convert.stages.fetch import fetch
 

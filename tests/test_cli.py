@@ -77,6 +77,7 @@ def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir:
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    assert "Warning:" not in proc.stderr, "the CLI quiets the exporters' tracer warnings"
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("  fp32", "  int8"))}
     assert set(lines) == {"fp32", "int8"}
     assert all("passed" in line and "latency not measured" in line for line in lines.values()), proc.stdout
@@ -133,3 +134,36 @@ def test_zoo_build_only_with_an_unknown_name_lists_the_zoo(tmp_path: Path) -> No
     assert res.exit_code == 2 and "unknown zoo model(s): bret" in res.output
     assert all(name in res.output for name in ("bert", "gpt2", "whisper", "wavlm"))
     assert not (tmp_path / "z").exists()
+
+
+def test_exit_codes_tell_an_operational_error_from_bad_usage(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from zoo_convert.manifest import write_manifest
+
+    runner = CliRunner()
+    # The results DB missing (StoreError), as one locked or unreadable would be: operational, 1.
+    missing = runner.invoke(cli, ["db", "status", "--db", str(tmp_path / "none.duckdb")])
+    assert missing.exit_code == 1 and "Error: no results database at" in missing.output, missing.output
+    # Bad usage: a wrong argument the library refuses (UsageError), a manifest file that cannot be used.
+    unknown = runner.invoke(cli, ["zoo", "build", str(tmp_path / "zoo"), "--only", "nope"])
+    assert unknown.exit_code == 2 and "unknown zoo model(s): nope" in unknown.output, unknown.output
+    (tmp_path / "m.parquet").write_text("not parquet")
+    bad = runner.invoke(cli, ["run", str(tmp_path / "m.parquet"), "--db", str(tmp_path / "r.duckdb"), "--out", "o"])
+    assert bad.exit_code == 2 and "cannot read Parquet file" in bad.output, bad.output
+    assert not (tmp_path / "r.duckdb").exists()
+    good = write_manifest([{"source": "org/x"}], tmp_path / "ok.parquet")
+    assert runner.invoke(cli, ["manifest", "validate", str(good)]).exit_code == 0
+    assert "Exit codes" in runner.invoke(cli, ["--help"]).output
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [("UsageError", 2), ("ManifestError", 2), ("StoreError", 1), ("PublishError", 1), ("FetchError", 1),
+     ("UnsafeCheckpointError", 1), ("ZooConvertError", 1)],
+)  # fmt: skip
+def test_every_library_error_has_its_exit_code(error: str, code: int) -> None:
+    from zoo_convert import errors
+    from zoo_convert.cli import exit_code
+
+    assert exit_code(getattr(errors, error)("x")) == code

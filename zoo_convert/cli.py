@@ -1,7 +1,14 @@
 """The ``zoo-convert`` command line: parse, call the library, one error boundary.
 
-Exit codes: 0 success, 1 a recorded failure (a model that did not convert, a
-regression found), 2 bad usage or bad input.
+Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
+
+* 0 done: the command did what it was asked (``run`` exits 0 whatever the models did).
+* 1 a recorded failure (a model that did not convert, a regression found, a model that
+  did not publish) or an operational error: the results DB locked, missing or
+  unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable.
+* 2 bad usage: a wrong option or argument (click's own errors,
+  :class:`~zoo_convert.errors.UsageError`) or a manifest file that cannot be used
+  (:class:`~zoo_convert.errors.ManifestError`).
 """
 
 from __future__ import annotations
@@ -10,31 +17,49 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from .errors import ZooConvertError
+from .errors import ManifestError, UsageError, ZooConvertError
 from .hub_budget import Governor, HubLimits
 from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
 
 F = TypeVar("F", bound=Callable[..., object])
 
+# The error boundary's table: library error -> exit code; the first class in the error's MRO wins.
+# Anything else from the library (StoreError, FetchError, PublishError, ...) is operational: 1.
+EXIT_CODES: dict[type[ZooConvertError], int] = {UsageError: 2, ManifestError: 2, ZooConvertError: 1}
+
+
+def exit_code(exc: ZooConvertError) -> int:
+    """The exit code of a library error that reaches the command line."""
+    return next(EXIT_CODES[t] for t in type(exc).__mro__ if t in EXIT_CODES)
+
 
 class _Group(click.Group):
-    """Turns library errors into one-line messages instead of tracebacks."""
+    """The one error boundary: library errors become one-line messages and exit codes, not tracebacks."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ZooConvertError as exc:
-            raise click.UsageError(str(exc)) from exc
+            click.echo(f"Error: {exc}", err=True)  # as click prints its own errors
+            ctx.exit(exit_code(exc))
 
 
 @click.group(cls=_Group)
 @click.version_option(package_name="zoo_convert")
 def cli() -> None:
-    """Convert HuggingFace checkpoints to verified ONNX models, at farm scale."""
+    """Convert HuggingFace checkpoints to verified ONNX models, at farm scale.
+
+    \b
+    Exit codes:
+      0  done (`run`: the run completed, whatever the models did)
+      1  a recorded failure (a model, a regression), or an operational error:
+         the results DB locked or unreadable, the Hub unreachable
+      2  bad usage: options, arguments, or a manifest file that cannot be used
+    """
 
 
 def _variants(value: str) -> tuple[str, ...]:
@@ -108,8 +133,10 @@ def convert(
         zoo-convert convert build/zoo/bert --out build/onnx --variants fp32,int8
         zoo-convert convert build/zoo/bert --out build/onnx --no-optimize --no-benchmark
     """
-    from .pipeline import convert_one
+    from .pipeline import convert_one, quiet_libraries
     from .report import summary
+
+    quiet_libraries()
 
     entry = ManifestEntry(
         source=source,

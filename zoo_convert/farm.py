@@ -45,7 +45,7 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
-from .errors import FailureKind, ManifestError, ZooConvertError
+from .errors import FailureKind, ManifestError, ZooConvertError, first_line
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
@@ -393,12 +393,13 @@ class _Driver:
         try:
             return ConversionResult.from_json(ray.get(ref))
         except ray.exceptions.OutOfMemoryError as exc:
-            return failure_result(job.entry, FailureKind.OOM, f"Ray's memory monitor killed the worker: {_first(exc)}")
+            killed = f"Ray's memory monitor killed the worker: {first_line(exc)}"
+            return failure_result(job.entry, FailureKind.OOM, killed)
         except ray.exceptions.RayTaskError as exc:
             # our task wrapper raised: a bug of ours, not worth retrying
-            return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {_first(exc)}")
+            return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")
         except ray.exceptions.RayError as exc:
-            return failure_result(job.entry, FailureKind.WORKER_LOST, f"{type(exc).__name__}: {_first(exc)}")
+            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
 
     def _done(self, job: Job, attempt: int, result: ConversionResult) -> list[tuple[str, ConversionResult, int]]:
         """The result to record, or none when a transient failure goes back in the queue."""
@@ -474,11 +475,6 @@ def _kind(result: ConversionResult) -> FailureKind | None:
         return FailureKind(result.failure_kind) if result.failure_kind else None
     except ValueError:
         return FailureKind.INTERNAL
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _run_id() -> str:

@@ -30,7 +30,8 @@ from typing import Any
 from .errors import ManifestError, ZooConvertError
 from .manifest import Manifest, row_key
 from .records import HubSnapshot, ManifestEntry, Settings
-from .stages.fetch import hub_snapshot, is_local, list_snapshots, resolve_revision
+from .sources import is_local
+from .stages.fetch import hub_snapshot, list_snapshots, resolve_revision
 from .versions import toolchain_versions
 
 GIB = 1024**3

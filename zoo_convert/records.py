@@ -189,6 +189,7 @@ class VariantResult:
         file: path relative to the model's artifact folder (``onnx/model.onnx``).
         size_bytes: the .onnx file plus its external data.
         failure_kind / message: why it failed (None when it passed).
+        traceback: where it failed, when an exception made it fail (always for ``internal``).
         max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
         ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs.
@@ -203,6 +204,7 @@ class VariantResult:
     size_bytes: int | None = None
     failure_kind: str | None = None
     message: str | None = None
+    traceback: str | None = None
     max_abs: float | None = None
     max_rel: float | None = None
     mean_abs: float | None = None

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..records import PASSED
-from ..stages.fetch import is_local
+from ..sources import is_local
 from .candidates import Candidate
 from .hub import DEFAULT_ENDPOINT
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from ..errors import PublishError, UsageError
 from ..hub_budget import retry_after
-from ..stages.fetch import is_local
+from ..sources import is_local
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

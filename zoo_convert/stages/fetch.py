@@ -22,14 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import re
 import struct
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
+from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
+from ..sources import is_hub_id, is_local
 from . import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,6 @@ PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
 
 _PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 
 
 def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
@@ -109,14 +107,9 @@ def list_snapshots(owner: str, wanted: set[str], settings: Settings) -> dict[str
     return found
 
 
-def is_local(source: str) -> bool:
-    """A source is a local folder when it exists or is spelled as an absolute path, else a hub id."""
-    return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", "./", "~"))
-
-
 def validate_repo_id(source: str) -> None:
     """Refuse ids that could escape the cache or smuggle a path: ``..``, absolute paths, odd characters."""
-    if ".." in source or "--" in source or source.endswith(".git") or not _HUB_ID.match(source):
+    if not is_hub_id(source):
         raise UnsafeCheckpointError(
             f"{source!r} is neither an existing folder nor a valid hub repo id ('name' or 'org/name' of "
             "letters, digits, '-', '_', '.', without '..' or '--')"
@@ -223,15 +216,15 @@ def _hub_call(fn: Any, entry: ManifestEntry, settings: Settings) -> Any:
     try:
         return fn(HfApi(endpoint=settings.hf_endpoint))
     except (RepositoryNotFoundError, RevisionNotFoundError, GatedRepoError) as exc:
-        raise FetchError(f"{where}: {_first_line(exc)}", kind=FailureKind.FETCH_NOT_FOUND) from exc
+        raise FetchError(f"{where}: {first_line(exc)}", kind=FailureKind.FETCH_NOT_FOUND) from exc
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
-        raise FetchError(f"{where}: not in the local cache and offline: {_first_line(exc)}") from exc
+        raise FetchError(f"{where}: not in the local cache and offline: {first_line(exc)}") from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         kind = FailureKind.FETCH_TRANSIENT if status in (None, 408, 429) or (status or 0) >= 500 else FailureKind.FETCH_ERROR
-        raise FetchError(f"{where}: HTTP {status}: {_first_line(exc)}", kind=kind) from exc
+        raise FetchError(f"{where}: HTTP {status}: {first_line(exc)}", kind=kind) from exc
     except (requests.ConnectionError, requests.Timeout, OSError) as exc:
-        raise FetchError(f"{where}: network error: {_first_line(exc)}", kind=FailureKind.FETCH_TRANSIENT) from exc
+        raise FetchError(f"{where}: network error: {first_line(exc)}", kind=FailureKind.FETCH_TRANSIENT) from exc
 
 
 def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
@@ -345,6 +338,3 @@ def infer_task(config: dict[str, Any], model_type: str, library: str, source: st
         return task
     return f"{task}-with-past" if f"{task}-with-past" in supported else task
 
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

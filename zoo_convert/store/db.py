@@ -306,6 +306,8 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, An
         "failure_kind": kind,
         "stage": stage,
         "message": message,
+        # A variant that failed on its own keeps its traceback in its row; the others show the job's.
+        "traceback": v.traceback if v.status == FAILED and v.traceback else result.traceback,
         **{f"{name}_s": _stage_seconds(result, name, v.variant) for name in VARIANT_STAGES},
         "file": v.file,
         "size_bytes": v.size_bytes,

@@ -26,8 +26,8 @@ def query(store: ResultStore, sql: str, params: list[Any] | None = None) -> tupl
     with store.connect() as con:
         try:
             cur = con.execute(sql, params or [])
-        except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL
-            raise StoreError(f"query failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL: bad usage, exit 2
+            raise UsageError(f"query failed: {exc}") from exc
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
