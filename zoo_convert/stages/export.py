@@ -16,6 +16,7 @@ reloading the checkpoint.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -49,6 +50,9 @@ _SIDE_FILES = (
     "image_processor_config.json",
     "chat_template.jinja",
 )
+# sentence-transformers' own files beside a Transformer module saved at the root.
+_ST_ROOT_FILES = ("modules.json", "config_sentence_transformers.json")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
@@ -78,6 +82,9 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
         for comp in components:
             _externalize(comp.path)
     _copy_side_files(ckpt.path, Path(out_dir))
+    modules, left_out = _sentence_transformers_files(ckpt.path)
+    if modules:
+        details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
 
 
@@ -269,9 +276,41 @@ def _externalize(path: Path) -> None:
 
 def _copy_side_files(src: Path, out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
-    for name in _SIDE_FILES:
+    for name in (*_SIDE_FILES, *_sentence_transformers_files(src)[0]):
         if (src / name).is_file():
+            (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src / name, out_dir / name)
+
+
+def _sentence_transformers_files(src: Path) -> tuple[list[str], list[str]]:
+    """A sentence-transformers checkpoint's own files to copy, and the module files left behind.
+
+    ``SentenceTransformer(out, backend="onnx")`` runs ``onnx/model.onnx`` as the Transformer
+    module saved at the root and builds every other module in modules.json from its folder:
+    Pooling and Normalize from a config (Normalize has none), Dense and LayerNorm from a config
+    and weights, which it runs in PyTorch. So the folders are copied whole, safetensors weights
+    included, but never pickled weights (we neither load nor republish pickles); a Dense that has
+    only those fails to load rather than silently changing the embeddings. A checkpoint whose
+    one Transformer is not at the root gets nothing: our graph could not stand in for it.
+    """
+    try:
+        modules = json.loads((src / "modules.json").read_text())
+        transformers = [m["path"] for m in modules if m["type"].rsplit(".", 1)[-1] == "Transformer"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return [], []  # not sentence-transformers, or a modules.json it could not load either
+    if transformers not in ([""], ["."]):
+        return [], []
+    files = [n for n in _ST_ROOT_FILES if (src / n).is_file()]
+    files += sorted(p.name for p in src.glob("sentence_*_config.json") if p.is_file())
+    left_out: list[str] = []
+    for module in modules:
+        folder = Path(module["path"])
+        if module["path"] in ("", ".") or folder.is_absolute() or ".." in folder.parts:
+            continue
+        for f in sorted(p for p in (src / folder).rglob("*") if p.is_file()):
+            rel = f.relative_to(src).as_posix()
+            (left_out if f.suffix in _PICKLE_SUFFIXES else files).append(rel)
+    return files, left_out
 
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:
