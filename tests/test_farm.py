@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
 TESTS = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
 
 
 def misbehave(entry: ManifestEntry, settings: Settings) -> ConversionResult:
@@ -99,3 +103,74 @@ def test_faults_are_recorded_with_their_kind_and_the_rest_converts(
     # an unchanged manifest: nothing to do, and Ray is not needed for it
     again = run_farm(manifest, db_path=db, settings=settings, options=options, job_fn=misbehave)
     assert (again.recorded, again.skipped, again.ray_started) == (0, 8, False)
+
+
+def _planted_tmpdir() -> Path:
+    """A TMPDIR whose fork-server folder another user could have made: open to everyone.
+
+    Short (a unix socket path must stay under 108 bytes) and never the machine's own /tmp,
+    whose fork server the other tests and processes share.
+    """
+    tmpdir = Path(tempfile.mkdtemp(prefix="zc-"))
+    planted = tmpdir / f"zoo-convert-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    return tmpdir
+
+
+def _one_row_manifest(tmp_path: Path) -> Path:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"model_type": "bert"}')
+    return write_manifest([{"source": str(ckpt)}], tmp_path / "m.parquet")
+
+
+def _recorded(db: Path) -> tuple[int, list[str]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        results = con.execute("SELECT count(*) FROM results").fetchone()[0]
+        runs = [s for (s,) in con.execute("SELECT status FROM runs ORDER BY run_seq").fetchall()]
+    return results, runs
+
+
+def test_an_unsafe_fork_server_folder_stops_the_run_before_any_job(tmp_path: Path) -> None:
+    tmpdir = _planted_tmpdir()
+    try:
+        manifest, db = _one_row_manifest(tmp_path), tmp_path / "r.duckdb"
+        run = subprocess.run(
+            [str(BIN / "zoo-convert"), "run", str(manifest), "--db", str(db), "--out", str(tmp_path / "out"), "--num-cpus", "1"],
+            env={**os.environ, "TMPDIR": str(tmpdir)}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode != 0, run.stdout
+        assert f"{tmpdir}/zoo-convert-{os.getuid()} has mode 0777" in run.stderr and "Traceback" not in run.stderr
+        assert "Started a local Ray instance" not in run.stderr
+        assert _recorded(db) == (0, [])  # no job ran, none is recorded as the model's failure
+    finally:
+        shutil.rmtree(tmpdir)
+
+
+_ON_A_CLUSTER = """
+import sys, ray
+from zoo_convert.errors import UnsafeForkServerError
+from zoo_convert.farm import run_farm
+from zoo_convert.records import Settings
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+try:
+    run_farm(sys.argv[1], db_path=sys.argv[2], settings=Settings(out_dir=sys.argv[3]))
+except UnsafeForkServerError as exc:
+    print("stopped:", exc.folder)
+"""
+
+
+def test_an_unsafe_fork_server_folder_on_a_worker_node_stops_the_run(tmp_path: Path) -> None:
+    """The driver joins a running cluster (no fork server of its own): the first worker to refuse stops it."""
+    tmpdir = _planted_tmpdir()
+    try:
+        manifest, db = _one_row_manifest(tmp_path), tmp_path / "r.duckdb"
+        run = subprocess.run(
+            [sys.executable, "-c", _ON_A_CLUSTER, str(manifest), str(db), str(tmp_path / "out")],
+            env={**os.environ, "TMPDIR": str(tmpdir)}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert f"stopped: {tmpdir}/zoo-convert-{os.getuid()}" in run.stdout, run.stderr[-3000:]
+        assert _recorded(db) == (0, ["failed"])
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)

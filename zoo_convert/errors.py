@@ -16,7 +16,8 @@ same words::
      ├── BenchmarkError             benchmark_error
      ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
      ├── PublishError               publish_error
-     └── StoreError                 the results DB is locked, missing or misused (never recorded)
+     ├── StoreError                 the results DB is locked, missing or misused (never recorded)
+     └── UnsafeForkServerError      the fork server's folder or socket is not this user's (stops the run)
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
 exception into a recorded result. Anything not in this tree is a bug of ours and
@@ -154,3 +155,15 @@ class PublishError(ZooConvertError):
 
 class StoreError(ZooConvertError):
     """The results database cannot be opened or was asked to do something wrong."""
+
+
+class UnsafeForkServerError(ZooConvertError):
+    """The fork server's folder or the process listening on its socket is not this user's own.
+
+    Requests carry the caller's environment (tokens included) and pickled code, so the
+    run stops before any job; this is never recorded as a model's failure.
+    """
+
+    def __init__(self, message: str, *, folder: str | None = None) -> None:
+        super().__init__(message)
+        self.folder = folder  # optional: unpickling calls the class with the message alone

@@ -32,7 +32,7 @@ from typing import IO, Any
 import ray
 import ray.exceptions
 
-from .errors import FailureKind, ManifestError
+from .errors import FailureKind, ManifestError, UnsafeForkServerError
 from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
 from .pipeline import convert_one
@@ -217,6 +217,8 @@ class _Driver:
         except ray.exceptions.OutOfMemoryError as exc:
             return failure_result(job.entry, FailureKind.OOM, f"Ray's memory monitor killed the worker: {_first(exc)}")
         except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, UnsafeForkServerError):
+                raise exc.cause from None  # the node is unsafe to run on, not the model: stop the run
             # our task wrapper raised: a bug of ours, not worth retrying
             return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {_first(exc)}")
         except ray.exceptions.RayError as exc:
@@ -258,7 +260,8 @@ def _prestart_fork_server() -> None:
     """Start this machine's fork server now, so its warm-up runs while ``ray.init`` starts the local instance.
 
     The local workers find it at its socket; the driver's connection keeps it up for the run.
-    A failure here only costs time: the first worker to need the server tries again.
+    A failure here only costs time: the first worker to need the server tries again. An
+    unsafe socket folder (:class:`UnsafeForkServerError`) is not caught: it stops the run.
     """
     try:
         fork_server()
