@@ -279,10 +279,11 @@ def test_nightly_sh_commands_parse_and_the_db_is_backed_up_and_restored(nightly_
     assert duckdb.connect(str(db), read_only=True).execute("SELECT x FROM t").fetchone() == (42,)
 
 
-def test_nightly_sh_refuses_a_second_concurrent_run(nightly_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("held", [".nightly.lock", ".lock"])  # another nightly; a `zoo-convert run` started by hand
+def test_nightly_sh_refuses_a_second_concurrent_run(nightly_env: dict[str, str], held: str) -> None:
     db = Path(nightly_env["ZOO_DB"])
     db.parent.mkdir()
-    with open(f"{db}.lock", "w") as lock:
+    with open(f"{db}{held}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run = _nightly(nightly_env)
     assert run.returncode == 75, run.stderr

@@ -296,6 +296,7 @@ def publish(
 @click.option("--retry-failed", is_flag=True, help="rerun jobs whose latest result failed")
 @click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
+@click.option("--wait", is_flag=True, help="when another run holds the DB, wait for it to finish instead of stopping")
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
@@ -312,6 +313,7 @@ def run(
     retry_failed: bool,
     max_attempts: int,
     timeout_s: float,
+    wait: bool,
     offline: bool,
     hf_endpoint: str | None,
     hf_cache: str | None,
@@ -322,7 +324,8 @@ def run(
 
     Jobs already answered in the DB (same checkpoint, settings and toolchain) are
     skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
-    completed, whatever the models did.
+    completed, whatever the models did. One run per DB: a second one stops at
+    once, saying which run holds it (or waits, with --wait).
 
     Example:
 
@@ -347,6 +350,7 @@ def run(
         force=force,
         retry_failed=retry_failed,
         max_attempts=max_attempts,
+        wait=wait,
     )
     run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
 

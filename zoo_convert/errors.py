@@ -17,6 +17,7 @@ same words::
      ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
      ├── PublishError               publish_error
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
+     │    └── RunLockedError        another run holds the DB's run lock
      └── UnsafeForkServerError      the fork server's folder or socket is not this user's (stops the run)
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
@@ -155,6 +156,14 @@ class PublishError(ZooConvertError):
 
 class StoreError(ZooConvertError):
     """The results database cannot be opened or was asked to do something wrong."""
+
+
+class RunLockedError(StoreError):
+    """Another farm run holds the database's run lock (one run per database at a time)."""
+
+    def __init__(self, message: str, *, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder  # "run <id> (host <h>, pid <n>, since <t>)"
 
 
 class UnsafeForkServerError(ZooConvertError):

@@ -7,6 +7,9 @@ it submits one Ray task per job (highest priority first, a bounded number in
 flight), consumes results as they finish (``ray.wait``) and records each in its
 own transaction: the driver is the database's only writer, and a driver killed
 mid-run loses nothing that was recorded, so rerunning the command finishes the rest.
+One run per database at a time: a run holds the database's run lock
+(:mod:`zoo_convert.store.lock`) throughout, and marks runs left ``running`` by a
+killed driver ``abandoned``.
 
 Ray never retries anything itself (``max_retries=0``, ``retry_exceptions=False``:
 it would retry an OOM-killed task forever). The driver resubmits jobs whose
@@ -18,6 +21,7 @@ forked child (:mod:`zoo_convert.isolation`) so hangs, crashes and OOMs are resul
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import sys
@@ -39,6 +43,7 @@ from .pipeline import convert_one
 from .plan import InvalidRow, Job, make_plan
 from .records import PASSED, ConversionResult, ManifestEntry, Settings
 from .store.db import ResultStore
+from .store.lock import run_lock
 from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
@@ -56,6 +61,7 @@ class FarmOptions:
         retry_failed: rerun jobs whose latest result failed.
         max_attempts: runs of one job when its failures are transient.
         backoff_s: wait before the second attempt; doubles per attempt, capped at a minute.
+        wait: when another run holds the database, wait for it instead of stopping.
     """
 
     address: str | None = None
@@ -65,6 +71,7 @@ class FarmOptions:
     retry_failed: bool = False
     max_attempts: int = 3
     backoff_s: float = 2.0
+    wait: bool = False
 
 
 @dataclass
@@ -108,15 +115,34 @@ def run_farm(
     job_fn: JobFn = convert_one,
     progress: Progress | None = None,
 ) -> FarmReport:
-    """Convert every job of the manifest that the DB does not answer yet; record each result as it lands."""
+    """Convert every job of the manifest that the DB does not answer yet; record each result as it lands.
+
+    One run per database: RunLockedError when another run holds it, unless ``options.wait``.
+    """
+    run_id = _run_id()
+    waiting = functools.partial(print, file=sys.stderr)
+    with run_lock(db_path, run_id, wait=options.wait, waiting=waiting):
+        return _run_farm(manifest_path, run_id, db_path, settings, options, job_fn, progress)
+
+
+def _run_farm(
+    manifest_path: str | Path,
+    run_id: str,
+    db_path: str | Path,
+    settings: Settings,
+    options: FarmOptions,
+    job_fn: JobFn,
+    progress: Progress | None,
+) -> FarmReport:
     t0 = time.monotonic()
     manifest = read_manifest(manifest_path)
     if manifest.file_problems:
         raise ManifestError("; ".join(str(p) for p in manifest.file_problems))
     store = ResultStore(db_path)
+    store.abandon_runs()  # we hold the run lock: a run still "running" lost its driver
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
     plan = make_plan(manifest, settings, done, store.last_durations())
-    report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped)
+    report = FarmReport(run_id=run_id, total=plan.total, skipped=plan.skipped)
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
     started_ray = bool(plan.jobs) and not ray.is_initialized()

@@ -104,6 +104,16 @@ class ResultStore:
                 [run_id, seq, manifest, manifest_hash, _map(versions), _json(resources), _json(settings), _utcnow()],
             )
 
+    def abandon_runs(self) -> list[str]:
+        """Mark every run still ``running`` as ``abandoned`` and return their ids.
+
+        Only for the holder of the run lock (store/lock.py): no other run is live then, so
+        such a run's driver was killed before it could say how the run ended.
+        """
+        with self._transaction() as con:
+            rows = con.execute("UPDATE runs SET status = 'abandoned' WHERE status = 'running' RETURNING run_id").fetchall()
+        return [r for (r,) in rows]
+
     def record(self, run_id: str, job_key: str, result: ConversionResult) -> None:
         """Write one job's result rows, verification rows and op census in one transaction."""
         self.record_many(run_id, [(job_key, result)])
