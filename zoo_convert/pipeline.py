@@ -66,6 +66,7 @@ def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
         with run.stage("optimize") as details:
             artifacts = optimize.optimize(exported, entry.variants, settings)
             details.update({v: a.details for v, a in artifacts.items()})
+            export.set_modes(out_dir)
         run.variants = [
             _unmade(a) if "error" in a.details else _verify_and_benchmark(run, exported, a, settings)
             for a in artifacts.values()

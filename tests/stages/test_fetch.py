@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -111,3 +113,50 @@ def test_seq2seq_task_is_the_generative_one(tmp_path: Path) -> None:
                      decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)
     BartForConditionalGeneration(cfg).save_pretrained(tmp_path)
     assert fetch(ManifestEntry(source=str(tmp_path)), Settings()).task == "text2text-generation-with-past"
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "plant", "problem"),
+    [
+        ("merges.txt", lambda p, outside: p.symlink_to(outside), "links to {outside}, outside the checkpoint"),
+        ("chat_template.jinja", lambda p, outside: p.symlink_to("/proc/self/mem"), "links to /proc/"),
+        ("tokenizer.json", lambda p, outside: p.symlink_to("../ckpt/./tokenizer.json"), "is not a regular file"),  # a loop
+        ("vocab.txt", lambda p, outside: _fifo(p), "is not a regular file"),
+        ("tokenizer_config.json", lambda p, outside: p.mkdir(), "is not a regular file"),
+    ],
+)  # fmt: skip
+def test_a_side_file_leading_out_of_the_checkpoint_is_unsafe(
+    name: str, plant, problem: str, bert_dir: Path, tmp_path: Path
+) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not for publishing")
+    plant(ckpt / name, outside)
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_UNSAFE, err
+    assert f"side file {name} {problem.format(outside=outside)}" in str(err)
+
+
+def test_links_inside_the_checkpoint_or_into_its_hub_cache_blobs_are_fine(bert_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.stages.export import side_files
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    sources = {p.name: p for p in bert_dir.iterdir()} | {"vocab.txt": tmp_path / "vocab.txt"}
+    for name, src in sources.items():
+        blob = repo / "blobs" / hashlib.sha256(name.encode()).hexdigest()
+        shutil.copyfile(src, blob)
+        (snapshot / name).symlink_to(Path("../../blobs", blob.name))  # as huggingface_hub lays out its cache
+    (snapshot / "sub").mkdir()
+    (snapshot / "sub" / "template.jinja").write_text("{{ messages }}")
+    (snapshot / "chat_template.jinja").symlink_to("sub/template.jinja")
+    ckpt = fetch(ManifestEntry(source=str(snapshot)), Settings())
+    assert ckpt.model_type == "bert"
+    assert {p.name for p in side_files(snapshot)} == {"config.json", "vocab.txt", "chat_template.jinja"}

@@ -16,12 +16,14 @@ reloading the checkpoint.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError, FailureKind
+from ..errors import ExportError, FailureKind, UnsafeCheckpointError
 from ..records import ManifestEntry, Settings
 from . import Checkpoint, Component, ExportedModel
 
@@ -53,6 +55,7 @@ _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
     """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)
@@ -73,7 +76,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if weights > settings.external_data_threshold:
         for comp in components:
             _externalize(comp.path)
-    _copy_side_files(ckpt.path, Path(out_dir))
+    _copy_side_files(sides, Path(out_dir))
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
 
 
@@ -290,11 +293,63 @@ def _externalize(path: Path) -> None:
     )
 
 
-def _copy_side_files(src: Path, out_dir: Path) -> None:
-    """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
+def side_files(ckpt_dir: Path) -> list[Path]:
+    """The checkpoint's side files to copy beside onnx/; UnsafeCheckpointError for one that leads elsewhere.
+
+    Each must be a regular file that resolves inside the checkpoint folder, or inside the
+    Hub cache folder of the same repo (a snapshot's files are links to its ``blobs/``):
+    a ``merges.txt`` linked to any other file on the machine would be copied and published.
+    """
+    root = ckpt_dir.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        root = root.parent.parent
+    found = []
     for name in _SIDE_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, out_dir / name)
+        path = ckpt_dir / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            target: Path | None = path.resolve()
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except (OSError, RuntimeError):  # a dangling link, a link loop
+            target, regular = None, False
+        if target is not None and not target.is_relative_to(root):
+            problem = f"links to {target}, outside the checkpoint"
+        elif not regular:
+            problem = "is not a regular file"
+        else:
+            found.append(path)
+            continue
+        raise UnsafeCheckpointError(
+            f"{ckpt_dir}: side file {name} {problem}; only regular files inside the checkpoint are copied to the artifacts"
+        )
+    return found
+
+
+def _copy_side_files(sides: list[Path], out_dir: Path) -> None:
+    """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
+    for path in sides:
+        (out_dir / path.name).unlink(missing_ok=True)
+        shutil.copyfile(path, out_dir / path.name)  # the contents only: set_modes gives every artifact one mode
+
+
+def set_modes(out_dir: Path) -> None:
+    """Every artifact file gets mode 0644 less the umask (onnx writes external data 0600, copies kept any mode)."""
+    mode = 0o644 & ~_umask()
+    for path in Path(out_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for other threads meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:

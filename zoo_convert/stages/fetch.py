@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
 from ..records import ManifestEntry, Settings
 from . import Checkpoint
+from .export import side_files
 
 SAFE_WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -39,9 +40,11 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
         path = Path(entry.source).expanduser()
         if not path.is_dir():
             raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
+        side_files(path)  # refused before a byte of it is read: a side file linked out of the checkpoint
         resolved = folder_hash(path)
     else:
         path, resolved = _download(entry, settings)
+        side_files(path)
     return _vet(path, resolved, entry)
 
 
@@ -74,15 +77,20 @@ def validate_repo_id(source: str) -> None:
 def folder_hash(path: Path) -> str:
     """Content hash of every file under ``path`` (names and bytes), stable across machines."""
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = f.relative_to(path).as_posix()
-        if rel.startswith(".cache/") or "/." in f"/{rel}":
-            continue
-        h.update(rel.encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\0")
+    current = path
+    try:
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            rel = f.relative_to(path).as_posix()
+            if rel.startswith(".cache/") or "/." in f"/{rel}":
+                continue
+            current = f
+            h.update(rel.encode() + b"\0")
+            with f.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+    except OSError as exc:  # unreadable, or a link to something that is no file (/proc/self/mem)
+        raise FetchError(f"{path}: cannot read {exc.filename or current}: {exc.strerror or exc}") from exc
     return "sha256:" + h.hexdigest()
 
 
