@@ -322,9 +322,10 @@ def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = N
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    columns = list(rows[0])
+    # Every row's columns: a job that failed before any variant has fewer than one with variants.
+    columns = list(dict.fromkeys(c for row in rows for c in row))
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-    con.executemany(sql, [[row[c] for c in columns] for row in rows])
+    con.executemany(sql, [[row.get(c) for c in columns] for row in rows])
 
 
 def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
