@@ -174,3 +174,77 @@ def test_an_unsafe_fork_server_folder_on_a_worker_node_stops_the_run(tmp_path: P
         assert _recorded(db) == (0, ["failed"])
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _copy_poisoned(zoo_dir: Path, folder: Path, how: str) -> Path:
+    """The zoo bert with one file that cannot be read: root reads any file with a mode, so none of those."""
+    shutil.copytree(zoo_dir / "bert", folder)
+    if how == "proc-mem":
+        (folder / "notes.txt").symlink_to("/proc/self/mem")  # reading it fails with EIO
+    elif how == "dangling":
+        (folder / "model-00002.safetensors").symlink_to(folder / "gone")
+    elif how == "folder":
+        (folder / "extra.safetensors").mkdir()
+    return folder
+
+
+def test_unreadable_checkpoints_and_gpu_rows_on_a_cpu_cluster_are_results_and_the_rest_converts(
+    local_ray: None, zoo_dir: Path, tmp_path: Path
+) -> None:
+    fp32 = ["fp32"]
+    rows = [{"source": str(zoo_dir / "bert"), "task": "fill-mask", "variants": fp32}]
+    rows += [{"source": str(_copy_poisoned(zoo_dir, tmp_path / how, how)), "variants": fp32} for how in ("proc-mem", "dangling", "folder")]
+    rows += [{"source": str(zoo_dir / "bert"), "task": "feature-extraction", "variants": fp32, "gpu": True}]
+    manifest = write_manifest(rows, tmp_path / "m.parquet")
+    db = tmp_path / "r.duckdb"
+    settings = Settings(out_dir=str(tmp_path / "out"), benchmark=False, timeout_s=300)
+
+    report = run_farm(manifest, db_path=db, settings=settings)
+    assert report.recorded == 5
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = dict(con.execute("SELECT manifest_row, (job_status, failure_kind, message) FROM results").fetchall())
+    assert got[1][:2] == ("passed", None)
+    assert got[2][1] == "fetch_error" and "notes.txt" in got[2][2], got[2]
+    assert got[3][1] == "fetch_error" and "model-00002.safetensors" in got[3][2], got[3]
+    assert got[4][1] == "fetch_error" and "extra.safetensors is not a regular file" in got[4][2], got[4]
+    assert got[5][1] == "gpu_unavailable", got[5]
+
+    # the unreadable rows are answered; the GPU row is the cluster's problem, asked again next time
+    again = run_farm(manifest, db_path=db, settings=settings)
+    assert (again.recorded, again.skipped, dict(again.by_kind)) == (1, 4, {"gpu_unavailable": 1})
+
+
+def test_a_timeout_is_redone_only_when_the_timeout_grows(local_ray: None, zoo_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(zoo_dir / "bert", tmp_path / "hang")
+    fp32 = ["fp32"]
+    rows = [{"source": "hang", "variants": fp32}, {"source": str(zoo_dir / "bert"), "task": "fill-mask", "variants": fp32}]
+    manifest = write_manifest(rows, tmp_path / "m.parquet")
+    db = tmp_path / "r.duckdb"
+
+    def run(timeout_s: float) -> tuple[int, int]:
+        settings = Settings(out_dir=str(tmp_path / "out"), benchmark=False, timeout_s=timeout_s)
+        report = run_farm(manifest, db_path=db, settings=settings, job_fn=misbehave)
+        return report.recorded, report.skipped
+
+    # long enough for the real conversion beside it on a loaded machine
+    assert run(8.0) == (2, 0)
+    assert run(8.0) == (0, 2)  # the same limit: the timeout answers the job
+    assert run(4.0) == (0, 2)  # a shorter one: still answered, nothing else is redone either
+    assert run(10.0) == (1, 1)  # longer: only the job that timed out runs again
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = con.execute("SELECT job_status, failure_kind, timeout_s FROM results ORDER BY job_seq").fetchall()
+    assert sorted(got[:2]) == [("failed", "timeout", 8.0), ("passed", None, 8.0)] and got[2:] == [("failed", "timeout", 10.0)]
+
+
+def test_a_full_disk_is_retried_and_redone_by_the_next_run(local_ray: None, zoo_dir: Path, tmp_path: Path, tiny_disk) -> None:
+    out = tiny_disk("size=64k")
+    manifest = write_manifest([{"source": str(zoo_dir / "bert"), "task": "fill-mask", "variants": ["fp32"]}], tmp_path / "m.parquet")
+    db = tmp_path / "r.duckdb"
+    settings = Settings(out_dir=str(out), benchmark=False, timeout_s=300)
+    options = FarmOptions(max_attempts=2, backoff_s=0.1)
+
+    full = run_farm(manifest, db_path=db, settings=settings, options=options)
+    assert (full.recorded, full.retries, dict(full.by_kind)) == (1, 1, {"storage_error": 1})
+    subprocess.run(["mount", "-o", "remount,size=64m", str(out)], check=True)  # room made
+    fixed = run_farm(manifest, db_path=db, settings=settings, options=options)
+    assert (fixed.recorded, fixed.skipped, fixed.by_status["passed"]) == (1, 0, 1)

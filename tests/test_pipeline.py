@@ -171,3 +171,20 @@ def test_every_artifact_file_gets_one_mode(zoo_dir: Path, tmp_path: Path) -> Non
     assert {p.relative_to(tmp_path): oct(p.stat().st_mode & 0o777) for p in files} == {
         p.relative_to(tmp_path): oct(0o644 & ~umask) for p in files
     }
+
+
+@pytest.mark.parametrize(("options", "errno_name"), [("size=64k", "No space left"), ("ro", "Read-only file system")])
+def test_a_full_or_read_only_disk_is_a_storage_error_not_the_models(
+    options: str, errno_name: str, zoo_dir: Path, tiny_disk
+) -> None:
+    from zoo_convert.errors import FailureKind
+
+    out = tiny_disk(options)
+    result = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",)),
+        Settings(out_dir=str(out), benchmark=False),
+    )
+    assert (result.failure_kind, result.stage) == ("storage_error", "export"), result.message
+    assert errno_name in result.message
+    kind = FailureKind(result.failure_kind)
+    assert kind.transient and not kind.terminal  # the farm retries it, and the next run redoes it

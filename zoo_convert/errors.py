@@ -15,6 +15,8 @@ same words::
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
      ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
+     │                              storage_error: a full disk or I/O error writing artifacts (any stage)
+     │                              gpu_unavailable: a gpu row on a cluster without GPUs (farm)
      ├── PublishError               publish_error
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
      │    └── RunLockedError        another run holds the DB's run lock
@@ -22,11 +24,19 @@ same words::
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
 exception into a recorded result. Anything not in this tree is a bug of ours and
-is recorded as ``internal`` with its traceback.
+is recorded as ``internal`` with its traceback, except an ``OSError`` of a full
+disk, a quota, a read-only or failing file system (:func:`storage_fault`), which is
+``storage_error``.
+
+Kinds are transient (the farm retries the job within the run: ``fetch_transient``,
+``oom``, ``worker_lost``, ``storage_error``) and terminal (a recorded result answers
+its job, so later runs skip it); ``storage_error`` and ``gpu_unavailable`` are not
+terminal: they are the machine's fault, so the next run redoes the job.
 """
 
 from __future__ import annotations
 
+import errno
 from enum import Enum
 
 
@@ -50,12 +60,19 @@ class FailureKind(str, Enum):
     CRASH = "crash"
     OOM = "oom"
     WORKER_LOST = "worker_lost"
+    STORAGE_ERROR = "storage_error"
+    GPU_UNAVAILABLE = "gpu_unavailable"
     INTERNAL = "internal"
 
     @property
     def transient(self) -> bool:
         """Worth retrying: the same job may succeed on another attempt."""
         return self in _TRANSIENT
+
+    @property
+    def terminal(self) -> bool:
+        """A recorded result of this kind answers its job for good: later runs skip the job."""
+        return self not in _REDONE
 
     @property
     def stage(self) -> str:
@@ -65,11 +82,30 @@ class FailureKind(str, Enum):
         return self.value
 
 
-_TRANSIENT = {FailureKind.FETCH_TRANSIENT, FailureKind.OOM, FailureKind.WORKER_LOST}
+_TRANSIENT = {FailureKind.FETCH_TRANSIENT, FailureKind.OOM, FailureKind.WORKER_LOST, FailureKind.STORAGE_ERROR}
+# The machine's fault, not the model's: recorded, and redone by the next run.
+_REDONE = {FailureKind.STORAGE_ERROR, FailureKind.GPU_UNAVAILABLE}
 _STAGE_OF = {k: k.value.split("_", 1)[0] for k in FailureKind if "_" in k.value}
 _STAGE_OF[FailureKind.MANIFEST_ERROR] = "manifest"
-_STAGE_OF[FailureKind.WORKER_LOST] = "job"
-_STAGE_OF[FailureKind.INTERNAL] = "job"
+for _kind in (FailureKind.WORKER_LOST, FailureKind.STORAGE_ERROR, FailureKind.GPU_UNAVAILABLE, FailureKind.INTERNAL):
+    _STAGE_OF[_kind] = "job"
+
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def storage_fault(exc: BaseException) -> OSError | None:
+    """The OSError of a full disk, quota, read-only or failing file system behind ``exc``, if any.
+
+    Looks down the cause chain: a stage wraps what its library raised in its own error.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError) and cur.errno in _STORAGE_ERRNOS:
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 class ZooConvertError(Exception):

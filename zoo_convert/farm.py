@@ -141,7 +141,7 @@ def _run_farm(
     store = ResultStore(db_path)
     store.abandon_runs()  # we hold the run lock: a run still "running" lost its driver
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
-    plan = make_plan(manifest, settings, done, store.last_durations())
+    plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts())
     report = FarmReport(run_id=run_id, total=plan.total, skipped=plan.skipped)
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
@@ -226,7 +226,7 @@ class _Driver:
 
     def _submit(self, job: Job, attempt: int) -> None:
         if job.entry.gpu and not self.gpus:
-            result = failure_result(job.entry, FailureKind.INTERNAL, "the job needs a GPU and no node offers one")
+            result = failure_result(job.entry, FailureKind.GPU_UNAVAILABLE, "the job needs a GPU and no node offers one")
             _record(self.store, self.report, self.progress, [(job.key, result, attempt)])
             return
         opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if job.entry.gpu else 0, "name": f"convert {job.entry.source}"}

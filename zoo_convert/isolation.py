@@ -71,7 +71,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,19 @@ def run_isolated(
     limit_gb = memory_gb if memory_gb is not None else entry.memory_gb
     limit = int(limit_gb * 1024**3) if limit_gb else None
     started_at = _now()
+    # Recorded with the result: a timeout is redone by a later run that allows longer (plan.py).
+    return replace(_run_isolated(job_fn, entry, settings, timeout, limit, limit_gb, started_at), timeout_s=timeout)
+
+
+def _run_isolated(
+    job_fn: JobFn,
+    entry: ManifestEntry,
+    settings: Settings,
+    timeout: float,
+    limit: int | None,
+    limit_gb: float | None,
+    started_at: str,
+) -> ConversionResult:
     with tempfile.TemporaryDirectory(prefix="zoo-job-") as tmp:
         out = Path(tmp, "result.json")
         try:
@@ -568,7 +581,7 @@ def _model_type(source: str) -> str | None:
     """A local checkpoint's model_type, so a job that died still lands in the right matrix row."""
     try:
         return json.loads(Path(source, "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 

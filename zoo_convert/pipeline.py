@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import FailureKind, ZooConvertError
+from .errors import FailureKind, FetchError, ZooConvertError, storage_fault
 from .records import (
     FAILED,
     PASSED,
@@ -185,6 +185,8 @@ class _Run:
     def fail(self, exc: BaseException) -> None:
         known = isinstance(exc, ZooConvertError)
         kind = exc.kind if known else FailureKind.INTERNAL
+        if not isinstance(exc, FetchError) and storage_fault(exc) is not None:
+            kind = FailureKind.STORAGE_ERROR  # writing artifacts failed: the disk's fault, redone later
         self.failure = {
             "failure_kind": kind.value,
             "stage": self._current,

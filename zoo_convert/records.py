@@ -214,6 +214,7 @@ class ConversionResult:
         versions: toolchain versions the job ran with.
         started_at / finished_at: ISO-8601 UTC timestamps.
         attempts: how many times the farm ran this job (1 outside the farm).
+        timeout_s: the hard timeout the job ran under (farm jobs; None outside the farm).
         node: host that ran the job.
         row: manifest row number, when it came from a manifest.
         tags: the entry's tags.
@@ -243,6 +244,7 @@ class ConversionResult:
     started_at: str | None = None
     finished_at: str | None = None
     attempts: int = 1
+    timeout_s: float | None = None
     node: str | None = None
     row: int | None = None
     tags: tuple[str, ...] = ()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,57 @@ def test_links_inside_the_checkpoint_or_into_its_hub_cache_blobs_are_fine(bert_d
     ckpt = fetch(ManifestEntry(source=str(snapshot)), Settings())
     assert ckpt.model_type == "bert"
     assert {p.name for p in side_files(snapshot)} == {"config.json", "vocab.txt", "chat_template.jinja"}
+
+
+def _safetensors(header: bytes, data: bytes = b"\0" * 8) -> bytes:
+    return struct.pack("<Q", len(header)) + header + data
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("weights", "said"),
+    [
+        (_safetensors(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": 8}}'), "tensor 'w' has no valid data_offsets"),
+        (_safetensors(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [8]}}'), "tensor 'w' has no valid data_offsets"),
+        (_safetensors(b'{"w": [0, 8]}'), "tensor 'w' has no valid data_offsets"),
+        (_safetensors(b'[{"data_offsets": [0, 8]}]'), "a JSON list, not an object"),
+        (_safetensors(_DEEP), "RecursionError"),
+    ],
+    ids=["offsets-int", "offsets-short", "tensor-list", "header-list", "deep"],
+)
+def test_a_malformed_safetensors_header_is_fetch_error(weights: bytes, said: str, bert_dir: Path, tmp_path: Path) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    (ckpt / "model.safetensors").write_bytes(weights)
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR and "model.safetensors has a corrupt header" in str(err) and said in str(err)
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (b'[{"model_type": "bert"}]', "config.json holds a JSON list, not an object"),
+        (_DEEP, "config.json is not valid JSON: RecursionError"),
+        (b'{"model_type": ["bert"]}', "model_type is a JSON list, not a str"),
+        (b'{"model_type": "bert", "architectures": "BertModel"}', "architectures is a JSON str, not a list"),
+        (b'{"model_type": "bert", "architectures": [{"x": 1}]}', "architectures holds something other than names"),
+        (b'{"model_type": "bert", "auto_map": 3}', "auto_map is a JSON int, not a dict"),
+    ],
+    ids=["list", "deep", "model-type-list", "architectures-str", "architectures-dicts", "auto-map-int"],
+)
+def test_a_malformed_config_is_fetch_error(config: bytes, said: str, bert_dir: Path, tmp_path: Path) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    (ckpt / "config.json").write_bytes(config)
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR and said in str(err), err
+
+
+@pytest.mark.parametrize("plant", ["fifo", "folder", "dangling", "proc-mem"])
+def test_weights_that_are_no_readable_file_are_fetch_error(plant: str, bert_dir: Path, tmp_path: Path) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    weights = ckpt / "extra.safetensors"
+    {"fifo": lambda: os.mkfifo(weights), "folder": weights.mkdir, "dangling": lambda: weights.symlink_to(tmp_path / "gone"),
+     "proc-mem": lambda: weights.symlink_to("/proc/self/mem")}[plant]()  # fmt: skip
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR and "extra.safetensors" in str(err), err

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import FailureKind, OptimizeError
+from ..errors import FailureKind, OptimizeError, storage_fault
 from ..records import VARIANT_FILES, Settings
 from . import Artifact, Component, ExportedModel
 
@@ -170,6 +170,8 @@ def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | No
     try:
         path, details = make()
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is recorded, not raised
+        if storage_fault(exc) is not None:
+            raise  # a full disk is no fault of this variant: the whole job is redone
         path, details = None, {"error": _reason(exc), "failure_kind": FailureKind.OPTIMIZE_ERROR.value}
     details["seconds"] = round(time.perf_counter() - t0, 3)
     return path, details

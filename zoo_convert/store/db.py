@@ -183,14 +183,35 @@ class ResultStore:
             _insert(con, "publications", [{**row, "published_at": _utcnow()}])
 
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
-        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed."""
+        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed.
+
+        A job whose latest result has a kind that is not terminal (a full disk, no GPU: the
+        machine's fault) is left out, so the next run redoes it.
+        """
+        redo = [k.value for k in FailureKind if not k.terminal]
         with self.connect() as con:
             rows = con.execute(
-                "SELECT job_key FROM results GROUP BY job_key"
-                " HAVING ? OR arg_max(job_status, job_seq) = 'passed'",
-                [include_failed],
+                "WITH r AS (SELECT job_key, job_seq, job_status,"
+                " list_contains(?, coalesce(failure_kind, '')) AS redo FROM results)"
+                " SELECT job_key FROM r GROUP BY job_key"
+                # the latest job's rows, one of them not terminal first: its redo decides
+                " HAVING (? OR arg_max(job_status, job_seq) = 'passed') AND NOT arg_max(redo, job_seq * 2 + redo::INT)",
+                [redo, include_failed],
             ).fetchall()
         return {k for (k,) in rows}
+
+    def timeouts(self) -> dict[str, float | None]:
+        """Job keys whose latest result is a ``timeout``, with the hard timeout it ran under (None: unknown).
+
+        Rows written before ``results.timeout_s`` existed fall back to their run's ``--timeout``.
+        """
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT job_key, arg_max(coalesce(r.timeout_s, TRY_CAST(runs.settings ->> '$.timeout_s' AS DOUBLE)), job_seq)"
+                " FROM results r JOIN runs USING (run_id) GROUP BY job_key"
+                " HAVING arg_max(failure_kind, job_seq) = 'timeout'"
+            ).fetchall()
+        return dict(rows)
 
 
     def last_durations(self) -> dict[tuple[str, str | None, int | None], float]:
@@ -230,6 +251,7 @@ def result_rows(
         **{f"{name}_s": s for name, s in job_seconds.items()},
         "peak_mem_mb": max(peaks) if peaks else None,
         "attempts": result.attempts,
+        "timeout_s": result.timeout_s,
         "node": result.node,
         "manifest_row": result.row,
         "tags": list(result.tags),

@@ -233,10 +233,14 @@ class Migration:
     sql: str
 
 
+# The hard timeout a farm job ran under: a timeout is redone when a later run allows longer.
+_RESULTS_TIMEOUT = "ALTER TABLE results ADD COLUMN timeout_s DOUBLE;"
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables", _TABLES),
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
+    Migration(4, "results.timeout_s", _RESULTS_TIMEOUT),
 )
 
 SCHEMA_MIGRATIONS = """
