@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from .errors import ZooConvertError
-from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
+from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
 
 class _Group(click.Group):
@@ -29,6 +29,12 @@ class _Group(click.Group):
 @click.version_option(package_name="zoo_convert")
 def cli() -> None:
     """Convert HuggingFace checkpoints to verified ONNX models, at farm scale."""
+
+
+def _not_nan(param: click.Parameter, value: float) -> float:
+    if value != value:  # FloatRange lets NaN through: it compares false with either bound
+        raise click.BadParameter("must be a number of seconds, not nan", param=param)
+    return value
 
 
 def _variants(value: str) -> tuple[str, ...]:
@@ -51,7 +57,7 @@ _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the late
 @click.argument("source")
 @click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
 @click.option("--revision", help="hub branch, tag or commit sha.")
-@click.option("--opset", type=int, help="ONNX opset; the exporter's default when omitted.")
+@click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(VARIANTS), show_default=True, help="comma-separated: fp32,fp16,int8")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
@@ -217,7 +223,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="folder for the site")
 @click.option("--serve", "serve_it", is_flag=True, help="serve the site on 127.0.0.1 after building it")
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0 picks a free port")
 def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
     """Build the static, offline dashboard of a results database.
 
@@ -290,12 +296,13 @@ def publish(
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
 @click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
-@click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
-@click.option("--max-in-flight", type=int, help="jobs submitted at once (default: twice the cluster's CPUs)")
+@click.option("--num-cpus", type=click.IntRange(1), help="CPUs of the local Ray instance (default: all)")
+@click.option("--max-in-flight", type=click.IntRange(1), help="jobs submitted at once (default: twice the cluster's CPUs)")
 @click.option("--force", is_flag=True, help="rerun every job, even those with a result")
 @click.option("--retry-failed", is_flag=True, help="rerun jobs whose latest result failed")
 @click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+              callback=lambda ctx, param, value: _not_nan(param, value), help="default hard timeout per job, seconds")
 @click.option("--wait", is_flag=True, help="when another run holds the DB, wait for it to finish instead of stopping")
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")

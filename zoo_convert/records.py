@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EXPORTERS = ("optimum", "torch")
+# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
+# tests check it stays inside what torch and onnx know.
+MIN_OPSET, MAX_OPSET = 7, 23
 VARIANTS = ("fp32", "fp16", "int8")
 # Filenames transformers.js and optimum's ORTModel look for under onnx/.
 VARIANT_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_quantized.onnx"}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError, FailureKind, UnsafeCheckpointError
-from ..records import ManifestEntry, Settings
+from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from . import Checkpoint, Component, ExportedModel
 
 # Files beside the weights that a runtime needs to preprocess inputs or generate.
@@ -55,6 +55,8 @@ _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
     """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
+        raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
     sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():

@@ -67,6 +67,10 @@ class ResultStore:
         con = _open(self.path, self.read_only, self.lock_timeout_s)
         try:
             yield con
+        except duckdb.Error as exc:
+            if not _unreadable(exc):
+                raise
+            raise StoreError(_unreadable_message(self.path, exc)) from exc
         finally:
             con.close()
 
@@ -350,6 +354,18 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
     con.executemany(sql, [[row.get(c) for c in columns] for row in rows])
 
 
+def _unreadable(exc: duckdb.Error) -> bool:
+    """DuckDB says the file itself is bad (truncated, a checksum mismatch), not the SQL sent to it."""
+    return type(exc) is duckdb.Error or isinstance(
+        exc, (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
+    )
+
+
+def _unreadable_message(path: Path, exc: duckdb.Error) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"cannot use {path}: {first} (a corrupt or truncated file: restore it from a backup)"
+
+
 def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
     """Open the file, waiting while another process holds DuckDB's file lock."""
     deadline = time.monotonic() + lock_timeout_s
@@ -357,8 +373,8 @@ def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPy
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
+        except duckdb.Error as exc:
+            if not isinstance(exc, duckdb.IOException) or "lock" not in str(exc).lower():
                 raise StoreError(f"cannot open {path}: {exc}") from exc
             if time.monotonic() >= deadline:
                 raise StoreError(
