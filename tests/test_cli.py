@@ -148,3 +148,16 @@ def test_a_manifest_without_rows_is_one_line(tmp_path: Path) -> None:
     assert code == 2 and f"{empty} has no rows: nothing to convert" in out and isinstance(exc, SystemExit), out
     code, out, exc = _invoke("manifest", "validate", str(empty))
     assert code == 1 and "has no rows" in out and isinstance(exc, SystemExit), out
+
+
+def test_convert_json_prints_only_json_on_stdout_even_when_the_exporter_dumps_its_graph(zoo_dir: Path, tmp_path: Path) -> None:
+    """At opset 9 BERT does not export (dynamic Slice): torch's exporter fails and prints its graph from C++."""
+    proc = subprocess.run(
+        [EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--opset", "9", "--variants", "fp32",
+         "--no-benchmark", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["failure_kind"] == "export_error" and record["opset_requested"] == 9
+    assert "Torch IR graph at exception" in proc.stderr  # still there for whoever debugs it

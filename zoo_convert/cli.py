@@ -6,7 +6,11 @@ regression found), 2 bad usage or bad input.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -101,11 +105,31 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
-    result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
+    with _stdout_to_stderr():
+        result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
     sys.exit(0 if result.passed else 1)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While converting, whatever is printed to stdout goes to stderr: stdout carries the result alone.
+
+    At the file-descriptor level, as torch's exporter prints its graph dumps from C++.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is the real stdout again
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @cli.group()
