@@ -54,3 +54,24 @@ def tiny_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     yield mount
     for point in reversed(mounted):
         subprocess.run(["umount", "--lazy", str(point)], check=False)
+
+
+def _poison(folder: Path, how: str) -> Path:
+    """Put into a checkpoint folder one file that cannot be read; root reads any file whatever its mode, so:
+
+    ``proc-mem`` notes.txt linked to /proc/self/mem (reading fails with EIO), ``dangling``
+    dangling.safetensors linked to nothing, ``folder`` a folder named folder.safetensors.
+    """
+    if how == "proc-mem":
+        (folder / "notes.txt").symlink_to("/proc/self/mem")
+    elif how == "dangling":
+        (folder / "dangling.safetensors").symlink_to(folder / "gone")
+    elif how == "folder":
+        (folder / "folder.safetensors").mkdir()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def poison() -> Callable[[Path, str], Path]:
+    """``poison(folder, how)``: see :func:`_poison`."""
+    return _poison

@@ -176,24 +176,14 @@ def test_an_unsafe_fork_server_folder_on_a_worker_node_stops_the_run(tmp_path: P
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _copy_poisoned(zoo_dir: Path, folder: Path, how: str) -> Path:
-    """The zoo bert with one file that cannot be read: root reads any file with a mode, so none of those."""
-    shutil.copytree(zoo_dir / "bert", folder)
-    if how == "proc-mem":
-        (folder / "notes.txt").symlink_to("/proc/self/mem")  # reading it fails with EIO
-    elif how == "dangling":
-        (folder / "model-00002.safetensors").symlink_to(folder / "gone")
-    elif how == "folder":
-        (folder / "extra.safetensors").mkdir()
-    return folder
-
-
 def test_unreadable_checkpoints_and_gpu_rows_on_a_cpu_cluster_are_results_and_the_rest_converts(
-    local_ray: None, zoo_dir: Path, tmp_path: Path
+    local_ray: None, zoo_dir: Path, tmp_path: Path, poison
 ) -> None:
     fp32 = ["fp32"]
     rows = [{"source": str(zoo_dir / "bert"), "task": "fill-mask", "variants": fp32}]
-    rows += [{"source": str(_copy_poisoned(zoo_dir, tmp_path / how, how)), "variants": fp32} for how in ("proc-mem", "dangling", "folder")]
+    for how in ("proc-mem", "dangling", "folder"):
+        shutil.copytree(zoo_dir / "bert", tmp_path / how)
+        rows.append({"source": str(poison(tmp_path / how, how)), "variants": fp32})
     rows += [{"source": str(zoo_dir / "bert"), "task": "feature-extraction", "variants": fp32, "gpu": True}]
     manifest = write_manifest(rows, tmp_path / "m.parquet")
     db = tmp_path / "r.duckdb"
@@ -205,8 +195,8 @@ def test_unreadable_checkpoints_and_gpu_rows_on_a_cpu_cluster_are_results_and_th
         got = dict(con.execute("SELECT manifest_row, (job_status, failure_kind, message) FROM results").fetchall())
     assert got[1][:2] == ("passed", None)
     assert got[2][1] == "fetch_error" and "notes.txt" in got[2][2], got[2]
-    assert got[3][1] == "fetch_error" and "model-00002.safetensors" in got[3][2], got[3]
-    assert got[4][1] == "fetch_error" and "extra.safetensors is not a regular file" in got[4][2], got[4]
+    assert got[3][1] == "fetch_error" and "dangling.safetensors" in got[3][2], got[3]
+    assert got[4][1] == "fetch_error" and "folder.safetensors is not a regular file" in got[4][2], got[4]
     assert got[5][1] == "gpu_unavailable", got[5]
 
     # the unreadable rows are answered; the GPU row is the cluster's problem, asked again next time

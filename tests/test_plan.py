@@ -53,28 +53,16 @@ def test_jobs_go_longest_first_by_last_durations_and_unknown_ones_first(tmp_path
     assert [Path(j.entry.source).name for j in plan.jobs] == ["urgent", "quick", "slow", "new", "medium"]
 
 
-def _poisoned(folder: Path, how: str) -> None:
-    """A checkpoint folder with one file that cannot be read (root reads any file, so: no files)."""
-    folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "bert"}')
-    if how == "proc-mem":
-        (folder / "notes.txt").symlink_to("/proc/self/mem")  # reading it fails with EIO
-    elif how == "dangling-weights":
-        (folder / "model.safetensors").symlink_to(folder / "gone.safetensors")
-    elif how == "weights-folder":
-        (folder / "model.safetensors").mkdir()
-
-
-def test_one_unreadable_checkpoint_does_not_stop_the_plan(tmp_path: Path) -> None:
+def test_one_unreadable_checkpoint_does_not_stop_the_plan(tmp_path: Path, poison) -> None:
     from zoo_convert.manifest import read_manifest, write_manifest
     from zoo_convert.plan import make_plan
 
-    good = tmp_path / "good"
-    good.mkdir()
-    (good / "config.json").write_text('{"model_type": "bert"}')
-    hows = ("proc-mem", "dangling-weights", "weights-folder")
-    for how in hows:
-        _poisoned(tmp_path / how, how)
+    hows = ("proc-mem", "dangling", "folder")
+    for name in ("good", *hows):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text('{"model_type": "bert"}')
+        if name != "good":
+            poison(tmp_path / name, name)
     rows = [{"source": str(tmp_path / n)} for n in ("good", *hows)]
     plan = make_plan(read_manifest(write_manifest(rows, tmp_path / "m.parquet")), Settings())
     revisions = {Path(j.entry.source).name: j.resolved_revision for j in plan.jobs}
