@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.testing import CliRunner
 import pytest
 
 from zoo_convert.cli import cli
@@ -76,6 +77,7 @@ def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir:
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    assert "Warning:" not in proc.stderr, "the CLI quiets the exporters' tracer warnings"
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith(("  fp32", "  int8"))}
     assert set(lines) == {"fp32", "int8"}
     assert all("passed" in line and "latency not measured" in line for line in lines.values()), proc.stdout
@@ -161,3 +163,76 @@ def test_convert_json_prints_only_json_on_stdout_even_when_the_exporter_dumps_it
     record = json.loads(proc.stdout)
     assert record["failure_kind"] == "export_error" and record["opset_requested"] == 9
     assert "Torch IR graph at exception" in proc.stderr  # still there for whoever debugs it
+
+
+def _leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+    out: dict[str, click.Command] = {}
+    for name, cmd in group.commands.items():
+        out.update(_leaves(cmd, f"{prefix}{name} ") if isinstance(cmd, click.Group) else {f"{prefix}{name}": cmd})
+    return out
+
+
+@pytest.mark.parametrize("command", sorted(_leaves(cli)))
+def test_help_examples_keep_each_command_on_one_line(command: str) -> None:
+    examples = [line.strip() for line in (_leaves(cli)[command].help or "").splitlines()
+                if line.strip().startswith("zoo-convert ")]
+    assert examples, f"{command} has no example"
+    res = CliRunner().invoke(cli, [*command.split(), "--help"], terminal_width=80)
+    assert res.exit_code == 0, res.output
+    shown = [line.strip() for line in res.output.splitlines()]
+    assert all(example in shown for example in examples), res.output
+
+
+def test_db_has_one_default_in_every_command() -> None:
+    defaults = {name: next((p.default, p.required) for p in cmd.params if p.name == "db_path")
+                for name, cmd in _leaves(cli).items() if any(p.name == "db_path" for p in cmd.params)}
+    assert {"run", "dashboard", "publish", "db status", "db query"} <= set(defaults)
+    assert set(defaults.values()) == {("results.duckdb", False)}, defaults
+
+
+def test_trust_remote_code_is_allow_remote_code() -> None:
+    convert = cli.commands["convert"]
+    for flag in ("--trust-remote-code", "--allow-remote-code"):
+        ctx = convert.make_context("convert", ["some/model", "--out", "o", flag])
+        assert ctx.params["allow_remote_code"] is True
+    assert convert.make_context("convert", ["some/model", "--out", "o"]).params["allow_remote_code"] is False
+
+
+def test_zoo_build_only_with_an_unknown_name_lists_the_zoo(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["zoo", "build", str(tmp_path / "z"), "--only", "bert,bret"])
+    assert res.exit_code == 2 and "unknown zoo model(s): bret" in res.output
+    assert all(name in res.output for name in ("bert", "gpt2", "whisper", "wavlm"))
+    assert not (tmp_path / "z").exists()
+
+
+def test_exit_codes_tell_an_operational_error_from_bad_usage(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from zoo_convert.manifest import write_manifest
+
+    runner = CliRunner()
+    # The results DB missing (StoreError), as one locked or unreadable would be: operational, 1.
+    missing = runner.invoke(cli, ["db", "status", "--db", str(tmp_path / "none.duckdb")])
+    assert missing.exit_code == 1 and "Error: no results database at" in missing.output, missing.output
+    # Bad usage: a wrong argument the library refuses (UsageError), a manifest file that cannot be used.
+    unknown = runner.invoke(cli, ["zoo", "build", str(tmp_path / "zoo"), "--only", "nope"])
+    assert unknown.exit_code == 2 and "unknown zoo model(s): nope" in unknown.output, unknown.output
+    (tmp_path / "m.parquet").write_text("not parquet")
+    bad = runner.invoke(cli, ["run", str(tmp_path / "m.parquet"), "--db", str(tmp_path / "r.duckdb"), "--out", "o"])
+    assert bad.exit_code == 2 and "cannot read Parquet file" in bad.output, bad.output
+    assert not (tmp_path / "r.duckdb").exists()
+    good = write_manifest([{"source": "org/x"}], tmp_path / "ok.parquet")
+    assert runner.invoke(cli, ["manifest", "validate", str(good)]).exit_code == 0
+    assert "Exit codes" in runner.invoke(cli, ["--help"]).output
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [("UsageError", 2), ("ManifestError", 2), ("StoreError", 1), ("PublishError", 1), ("FetchError", 1),
+     ("UnsafeCheckpointError", 1), ("ZooConvertError", 1)],
+)  # fmt: skip
+def test_every_library_error_has_its_exit_code(error: str, code: int) -> None:
+    from zoo_convert import errors
+    from zoo_convert.cli import exit_code
+
+    assert exit_code(getattr(errors, error)("x")) == code

@@ -20,14 +20,14 @@ from zoo_convert.errors import FailureKind
 from zoo_convert.farm import FarmOptions, run_farm
 from zoo_convert.isolation import failure_result
 from zoo_convert.manifest import write_manifest
-from zoo_convert.pipeline import convert_one
+from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
 TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 
 
-def misbehave(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def misbehave(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """The farm's job function for these tests: faults for named sources, the real pipeline otherwise."""
     name = Path(entry.source).name
     if name == "hang":
@@ -43,7 +43,7 @@ def misbehave(entry: ManifestEntry, settings: Settings) -> ConversionResult:
         if not marker.exists():
             marker.write_text("")
             return failure_result(entry, FailureKind.FETCH_TRANSIENT, "simulated network error while fetching")
-    return convert_one(entry, settings)
+    return convert_one(entry, settings, on_stage=on_stage)
 
 
 @pytest.fixture(scope="module")

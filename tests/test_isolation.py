@@ -14,6 +14,7 @@ import pytest
 
 from zoo_convert.errors import UnsafeForkServerError
 from zoo_convert.isolation import ForkServer, fork_server, run_isolated
+from zoo_convert.pipeline import StageCallback
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 
 TESTS = Path(__file__).resolve().parent
@@ -21,28 +22,28 @@ TESTS = Path(__file__).resolve().parent
 ENTRY = ManifestEntry(source="fault", row=7, tags=("t",))
 
 
-def quick(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def quick(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     return ConversionResult(source=entry.source, status=PASSED)
 
 
-def hang(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def hang(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     time.sleep(3600)
     raise AssertionError("unreachable")
 
 
-def segfault(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def segfault(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     os.kill(os.getpid(), signal.SIGSEGV)
     raise AssertionError("unreachable")
 
 
-def hog(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def hog(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     chunks = []
     while True:
         chunks.append(bytearray(64 * 2**20))  # bytearray touches its pages: RSS grows
         time.sleep(0.005)
 
 
-def raises(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def raises(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     raise RuntimeError("bug in a job function")
 
 
@@ -66,10 +67,11 @@ def test_the_same_child_runs_jobs_repeatedly(settings: Settings) -> None:
     # the overhead target (< 150 ms per job) is measured in benchmarks/bench_isolation.py
 
 
-def crash_in_verify(entry: ManifestEntry, settings: Settings) -> ConversionResult:
-    from zoo_convert import pipeline
-
-    pipeline.on_stage("verify[fp16]")
+def crash_in_verify(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
+    assert on_stage is not None, "isolation passes the stage callback"
+    on_stage("verify[fp16]")
     os.kill(os.getpid(), signal.SIGSEGV)
     raise AssertionError("unreachable")
 
@@ -101,13 +103,15 @@ def test_faults_become_results(fn, kwargs: dict, kind: str, settings: Settings) 
     assert run_isolated(quick, ENTRY, settings).passed
 
 
-def where_am_i(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def where_am_i(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Reports the child's parent (the server), GPU mask and working directory."""
     seen = f"{os.getppid()} {os.environ.get('CUDA_VISIBLE_DEVICES')} {os.getcwd()}"
     return ConversionResult(source=entry.source, status=PASSED, message=seen)
 
 
-def hang_with_pidfile(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def hang_with_pidfile(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
     Path(settings.out_dir, "job.pid").write_text(str(os.getpid()))
     time.sleep(3600)
     raise AssertionError("unreachable")

@@ -14,7 +14,6 @@ import onnx
 import pyarrow.parquet as pq
 import pytest
 
-from zoo_convert import pipeline
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
@@ -107,14 +106,11 @@ def unoptimized(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
             (path,) = out.rglob("onnx/model.onnx")
             exported["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
 
-    pipeline.on_stage = hash_export
-    try:
-        result = convert_one(
-            ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
-            Settings(out_dir=str(out), optimize=False, benchmark=False),
-        )
-    finally:
-        pipeline.on_stage = None
+    result = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
+        Settings(out_dir=str(out), optimize=False, benchmark=False),
+        on_stage=hash_export,
+    )
     return result, exported["sha256"]
 
 
@@ -188,3 +184,62 @@ def test_a_full_or_read_only_disk_is_a_storage_error_not_the_models(
     assert errno_name in result.message
     kind = FailureKind(result.failure_kind)
     assert kind.transient and not kind.terminal  # the farm retries it, and the next run redoes it
+
+
+# A real bug of ours induced inside a real conversion: a value our own code then trips over.
+# (attribute patched, its value, the stage that fails, a function of ours in the traceback)
+OUR_BUGS = [
+    ("zoo_convert.stages.export.processor_shapes", lambda folder: None, "export", "_export_optimum"),
+    ("zoo_convert.runtime.processor_shapes", lambda folder: None, "verify", "_shape_kwargs"),
+    ("zoo_convert.stages.benchmark.BENCH_SEQUENCE", None, "benchmark", "_clamp_sequence"),
+]
+
+
+@pytest.mark.parametrize(("target", "value", "stage", "frame"), OUR_BUGS, ids=[b[2] for b in OUR_BUGS])
+def test_a_bug_of_ours_is_internal_with_its_traceback(
+    target: str, value: object, stage: str, frame: str, zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zoo_convert.store import ResultStore
+
+    monkeypatch.setattr(target, value)
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), optimize=False, **FAST))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "internal", stage), result.message
+    assert "TypeError: " in result.message and frame in result.traceback
+    if stage != "export":  # a variant-level failure keeps its own traceback, in the record and in the DB
+        fp32 = result.variant("fp32")
+        assert (fp32.failure_kind, fp32.traceback) == ("internal", result.traceback) and frame in fp32.traceback
+        with ResultStore(tmp_path / "results.duckdb") as store:
+            store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+            store.record("r", "k", result)
+            with store.connect() as con:
+                sql = "SELECT failure_kind, stage, traceback FROM results WHERE variant = 'fp32'"
+                row = con.execute(sql).fetchone()
+        assert row[:2] == ("internal", stage) and frame in row[2]
+
+
+def test_a_bug_of_ours_while_making_a_variant_fails_that_variant_as_internal(
+    zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("zoo_convert.stages.optimize._GELU_HOPS", None)  # range(None) in our int8 code
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, **FAST))
+    assert result.passed, result.message  # fp32 decides; the broken int8 fails alone
+    int8 = result.variant("int8")
+    assert (int8.status, int8.failure_kind) == ("failed", "internal")
+    assert int8.message.startswith("int8 of model: TypeError: ") and "_after_gelu" in int8.traceback
+    assert "traceback" not in int8.optimizer and "traceback" not in int8.optimizer["components"]["model"]
+
+
+def test_a_numerics_mismatch_is_recorded_with_every_check(zoo_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.records import Tolerance
+
+    strict = {"fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)}
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), tolerances=strict, optimize=False, benchmark=False))
+    fp32 = result.variant("fp32")
+    assert (result.failure_kind, result.stage, fp32.failure_kind) == ("verify_numerics", "verify", "verify_numerics")
+    assert {o.shape for o in fp32.outputs} == {"1x7", "3x19"} and not any(o.passed for o in fp32.outputs)
+    worst = max(fp32.outputs, key=lambda o: o.max_abs)
+    assert fp32.max_abs == worst.max_abs and f"worst {worst.output} at {worst.shape}" in fp32.message
+    assert "(tolerance 0)" in fp32.message and fp32.traceback is None  # data, not a crash

@@ -14,9 +14,6 @@ same words::
      ├── OptimizeError              optimize_error
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
-     ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
-     │                              storage_error: a full disk or I/O error writing artifacts (any stage)
-     │                              gpu_unavailable: a gpu row on a cluster without GPUs (farm)
      ├── PublishError               publish_error
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
      │    └── RunLockedError        another run holds the DB's run lock
@@ -24,9 +21,15 @@ same words::
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
 exception into a recorded result. Anything not in this tree is a bug of ours and
-is recorded as ``internal`` with its traceback, except an ``OSError`` of a full
-disk, a quota, a read-only or failing file system (:func:`storage_fault`), which is
-``storage_error``.
+is recorded as ``internal`` with its traceback. A stage relabels what the
+toolchain (torch, optimum, onnxruntime) raises as its own kind, but never what
+zoo_convert's own code raised (:func:`is_our_bug`): that stays ``internal``.
+Jobs that hang, crash, run out of memory or lose their worker produce no
+exception: isolation and the farm record ``timeout``, ``crash``, ``oom`` and
+``worker_lost`` results for them, and ``gpu_unavailable`` for a gpu row on a
+cluster without GPUs. An ``OSError`` of a full disk, a quota, a read-only or
+failing file system while writing artifacts (:func:`storage_fault`) is
+``storage_error``, wherever it was raised.
 
 Kinds are transient (the farm retries the job within the run: ``fetch_transient``,
 ``oom``, ``worker_lost``, ``storage_error``) and terminal (a recorded result answers
@@ -38,6 +41,15 @@ from __future__ import annotations
 
 import errno
 from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import OutputCheck, Tolerance
+
+_PACKAGE = Path(__file__).resolve().parent
+# A message longer than this is cut: the record keeps the traceback in full.
+MESSAGE_LIMIT = 1000
 
 
 class FailureKind(str, Enum):
@@ -167,23 +179,30 @@ class VerifyError(ZooConvertError):
 
 
 class NumericsMismatchError(VerifyError):
-    """ONNX Runtime and PyTorch disagree beyond the variant's tolerance."""
+    """ONNX Runtime and PyTorch disagree beyond the variant's tolerance.
+
+    Attributes:
+        worst: the failing output check with the largest error (output, input shape, numbers).
+        tolerance: the variant's pass criteria it missed.
+        checks: every output check of the variant, passed or not, for the record.
+    """
 
     kind = FailureKind.VERIFY_NUMERICS
 
-    def __init__(self, message: str, *, output: str, max_abs: float, tolerance: float) -> None:
-        super().__init__(message)
-        self.output = output
-        self.max_abs = max_abs
+    def __init__(self, *, worst: OutputCheck, tolerance: Tolerance, checks: tuple[OutputCheck, ...]) -> None:
+        failed = sum(not c.passed for c in checks)
+        super().__init__(
+            f"{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
+            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
+            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
+        )
+        self.worst = worst
         self.tolerance = tolerance
+        self.checks = checks
 
 
 class BenchmarkError(ZooConvertError):
     kind = FailureKind.BENCHMARK_ERROR
-
-
-class JobError(ZooConvertError):
-    """The isolated job process hung, crashed, ran out of memory or was lost."""
 
 
 class PublishError(ZooConvertError):
@@ -212,3 +231,24 @@ class UnsafeForkServerError(ZooConvertError):
     def __init__(self, message: str, *, folder: str | None = None) -> None:
         super().__init__(message)
         self.folder = folder  # optional: unpickling calls the class with the message alone
+
+
+def first_line(exc: BaseException) -> str:
+    """What went wrong in one line: the first line of the message, after the type unless the error is ours."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if not isinstance(exc, ZooConvertError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    text = text or type(exc).__name__
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
+
+
+def is_our_bug(exc: BaseException) -> bool:
+    """Whether ``exc`` is a bug of ours (``internal``): not one of our errors, raised in zoo_convert's own code."""
+    if isinstance(exc, ZooConvertError):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)

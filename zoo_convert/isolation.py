@@ -74,14 +74,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import __version__
-from .errors import FailureKind, UnsafeForkServerError
+from .errors import FailureKind, UnsafeForkServerError, first_line
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
 from .versions import toolchain_versions
 
-JobFn = Callable[[ManifestEntry, Settings], ConversionResult]
+
+class JobFn(Protocol):
+    """What a job runs: ``pipeline.convert_one``, or a test's stand-in with its signature."""
+
+    def __call__(
+        self, entry: ManifestEntry, settings: Settings, *, on_stage: Callable[[str], None] | None = None
+    ) -> ConversionResult: ...
+
 
 WARM_MODULE = "zoo_convert._warm"
 # How often the caller samples the child's memory; the child's exit is noticed at once.
@@ -587,8 +594,6 @@ def _model_type(source: str) -> str | None:
 
 def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, done_fd: int) -> None:
     """Runs in the forked child: become the caller's child, do the job, leave the result where the caller looks."""
-    from . import pipeline
-
     # The caller's view: its imports (a test's or a benchmark's job function), its GPU, its relative paths.
     sys.path[:] = sys_path
     os.environ.clear()
@@ -596,11 +601,10 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     os.chdir(cwd)
     job_fn, entry, settings, out = pickle.loads(payload)
     breadcrumb = Path(out + ".stage")
-    pipeline.on_stage = breadcrumb.write_text
     try:
-        result = job_fn(entry, settings)
+        result = job_fn(entry, settings, on_stage=breadcrumb.write_text)
     except Exception as exc:  # noqa: BLE001 - job_fn should never raise; if it does, that is our bug
-        result = failure_result(entry, FailureKind.INTERNAL, f"{type(exc).__name__}: {exc}")
+        result = failure_result(entry, FailureKind.INTERNAL, first_line(exc))
         result = ConversionResult.from_dict({**result.to_dict(), "traceback": traceback.format_exc()})
     tmp = out + ".part"
     Path(tmp).write_text(result.to_json())
@@ -637,7 +641,10 @@ def _rss(pid: int) -> int | None:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent goes, so no job outlives its worker."""
+    """Ask Linux to SIGKILL this process when its parent, the fork server, goes.
+
+    So no job outlives the server; a job whose caller left is killed by the server (``_drop``).
+    """
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from .errors import ManifestError
 from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry
+from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
 
 SCHEMA = pa.schema(
     [
@@ -68,8 +69,6 @@ TASKS = frozenset(
 )  # fmt: skip
 _WITH_PAST = "-with-past"
 
-# huggingface_hub's validate_repo_id, in RE2 syntax (same as stages.fetch._HUB_ID).
-_HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
 _PATH_PREFIXES = ("/", "./", "../", "~")
 
 
@@ -136,11 +135,10 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     base = str(base_dir)
     sources = [_resolve_source(s, base) for s in source.to_pylist()]
     local = pa.array([s is not None and _looks_local(s) for s in sources])
-    hub_ok = pc.and_kleene(
-        pc.match_substring_regex(source, _HUB_ID),
-        pc.invert(pc.or_kleene(pc.match_substring(source, ".."), pc.match_substring(source, "--"))),
-    )
-    hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.ends_with(source, ".git")))
+    hub_ok = pc.match_substring_regex(source, HUB_ID_PATTERN)  # sources.is_hub_id, a column at a time
+    for part in HUB_ID_FORBIDDEN:
+        hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.match_substring(source, part)))
+    hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.ends_with(source, HUB_ID_FORBIDDEN_SUFFIX)))
     bad_hub = pc.and_kleene(pc.invert(local), pc.invert(hub_ok))
     bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)")))
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import FailureKind
+
 EXPORTERS = ("optimum", "torch")
 # torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
 # tests check it stays inside what torch and onnx know.
@@ -23,6 +25,19 @@ VARIANT_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model
 
 PASSED = "passed"
 FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    """A hub checkpoint as planning resolved it, so the job downloads it without asking the Hub again.
+
+    Attributes:
+        sha: the commit the entry's revision pointed at.
+        files: every file path in that commit.
+    """
+
+    sha: str
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,7 @@ class ManifestEntry:
         priority: higher runs first.
         tags: free-form labels carried into the DB.
         row: 1-based manifest row this entry came from (None outside a manifest).
+        snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
     """
 
     source: str
@@ -60,6 +76,7 @@ class ManifestEntry:
     priority: int = 0
     tags: tuple[str, ...] = ()
     row: int | None = None
+    snapshot: HubSnapshot | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,7 @@ class Settings:
         timeout_s: default hard timeout per job (farm only).
         hf_endpoint / hf_cache: Hub location and cache; None uses huggingface_hub's defaults.
         offline: never touch the network (HF_HUB_OFFLINE semantics).
+        hub_timeout_s: how long one Hub request may wait for an answer (connect and each read).
         external_data_threshold: models above this many bytes store weights as external data.
         optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
             (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
@@ -115,6 +133,7 @@ class Settings:
     hf_endpoint: str | None = None
     hf_cache: str | None = None
     offline: bool = False
+    hub_timeout_s: float = 10.0
     external_data_threshold: int = 2 * 1024**3
     optimize: bool = True
     benchmark: bool = True
@@ -173,6 +192,7 @@ class VariantResult:
         file: path relative to the model's artifact folder (``onnx/model.onnx``).
         size_bytes: the .onnx file plus its external data.
         failure_kind / message: why it failed (None when it passed).
+        traceback: where it failed, when an exception made it fail (always for ``internal``).
         max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
         ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs.
@@ -187,6 +207,7 @@ class VariantResult:
     size_bytes: int | None = None
     failure_kind: str | None = None
     message: str | None = None
+    traceback: str | None = None
     max_abs: float | None = None
     max_rel: float | None = None
     mean_abs: float | None = None
@@ -254,10 +275,26 @@ class ConversionResult:
 
     @property
     def passed(self) -> bool:
+        """Converted: the fp32 artifact verified."""
         return self.status == PASSED
+
+    @property
+    def partial(self) -> bool:
+        """Converted, while another variant (fp16, int8) failed."""
+        return self.passed and any(v.status != PASSED for v in self.variants)
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
+
+    def failed_stage(self, v: VariantResult) -> str:
+        """The stage a failed variant failed in: its own failed stage, else the one its failure kind names."""
+        for s in self.stages:
+            if s.details.get("variant") == v.variant and s.status == FAILED:
+                return s.stage
+        try:
+            return FailureKind(v.failure_kind).stage
+        except ValueError:
+            return "verify"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

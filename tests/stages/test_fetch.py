@@ -143,7 +143,7 @@ def test_a_side_file_leading_out_of_the_checkpoint_is_unsafe(
 
 
 def test_links_inside_the_checkpoint_or_into_its_hub_cache_blobs_are_fine(bert_dir: Path, tmp_path: Path) -> None:
-    from zoo_convert.stages.export import side_files
+    from zoo_convert.sources import side_files
 
     repo = tmp_path / "hub" / "models--org--tiny"
     snapshot = repo / "snapshots" / "0123abcd"

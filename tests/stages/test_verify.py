@@ -10,12 +10,13 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from zoo_convert.errors import BenchmarkError, VerifyError
+from zoo_convert.errors import BenchmarkError, NumericsMismatchError, VerifyError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
+from zoo_convert.runtime import SENTENCES, Branch, cases, feed_for
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.benchmark import benchmark
 from zoo_convert.stages.export import export
-from zoo_convert.stages.verify import AUDIO_SAMPLES_PER_STEP, SENTENCES, cases, verify
+from zoo_convert.stages.verify import AUDIO_SAMPLES_PER_STEP, verify
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,20 +32,21 @@ def fp32(ex: ExportedModel) -> Artifact:
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "vit", "wav2vec2"])
 def test_fp32_matches_pytorch_at_every_verify_shape(zoo_export, name: str) -> None:
     ex = zoo_export(name)
-    result = verify(ex, fp32(ex), SETTINGS)
-    assert result.passed, result.message
-    assert result.message is None
-    assert max(c.max_abs for c in result.checks) <= 1e-4
-    assert min(c.cosine for c in result.checks) >= 0.9999
-    assert all(c.nan == 0 and c.inf == 0 for c in result.checks)
-    shapes = {c.shape.split("/")[0] for c in result.checks}
+    checks = verify(ex, fp32(ex), SETTINGS)
+    assert all(c.passed for c in checks)
+    assert max(c.max_abs for c in checks) <= 1e-4
+    assert min(c.cosine for c in checks) >= 0.9999
+    assert all(c.nan == 0 and c.inf == 0 for c in checks)
+    shapes = {c.shape.split("/")[0] for c in checks}
     assert shapes == {"1x7", "3x19"}
 
 
 def test_audio_length_varies_with_the_verify_shape(zoo_export) -> None:
     ex = zoo_export("wav2vec2")
     lengths = {
-        cases(ex, ex.components[0], b, s, SETTINGS, audio_samples=s * AUDIO_SAMPLES_PER_STEP)[0].feed["input_values"].shape
+        cases(ex, ex.components[0], b, s, SETTINGS, audio_samples=s * AUDIO_SAMPLES_PER_STEP)[Branch.WHOLE]
+        .feed["input_values"]
+        .shape
         for b, s in SETTINGS.verify_shapes
     }
     assert lengths == {(1, 7000), (3, 19000)}
@@ -52,15 +54,15 @@ def test_audio_length_varies_with_the_verify_shape(zoo_export) -> None:
 
 def test_decoder_checks_the_past_key_values(zoo_export) -> None:
     ex = zoo_export("gpt2")
-    outputs = {c.output for c in verify(ex, fp32(ex), SETTINGS).checks}
+    outputs = {c.output for c in verify(ex, fp32(ex), SETTINGS)}
     assert {"logits", "present.0.key", "present.0.value"} <= outputs
-    case = cases(ex, ex.components[0], 3, 19, SETTINGS, audio_samples=0)[0]
+    case = cases(ex, ex.components[0], 3, 19, SETTINGS, audio_samples=0)[Branch.WHOLE]
     assert case.feed["past_key_values.0.key"].shape[2] == 19, "verify must run with a populated cache"
 
 
 def test_merged_decoder_checks_both_branches(zoo_export) -> None:
     ex = zoo_export("t5")
-    checks = verify(ex, fp32(ex), SETTINGS).checks
+    checks = verify(ex, fp32(ex), SETTINGS)
     decoder_shapes = {c.shape for c in checks if c.output.startswith("decoder_model_merged/")}
     assert decoder_shapes == {"1x7/no-cache", "1x7/cache", "3x19/no-cache", "3x19/cache"}
     assert any(c.output == "encoder_model/last_hidden_state" for c in checks)
@@ -71,7 +73,7 @@ def test_text_inputs_are_real_tokens(zoo_export) -> None:
 
     ex = zoo_export("bert")
     tokenizer = AutoTokenizer.from_pretrained(str(ex.checkpoint.path))
-    ids = cases(ex, ex.components[0], 1, 7, SETTINGS, audio_samples=0)[0].feed["input_ids"]
+    ids = cases(ex, ex.components[0], 1, 7, SETTINGS, audio_samples=0)[Branch.WHOLE].feed["input_ids"]
     assert ids[0].tolist() == tokenizer(SENTENCES[0])["input_ids"][:7]
 
 
@@ -86,21 +88,23 @@ def test_perturbed_graph_fails_with_numbers(zoo_export, tmp_path: Path) -> None:
     bad = tmp_path / "model.onnx"
     onnx.save(model, str(bad))
 
-    result = verify(ex, Artifact("fp32", {"model": bad}), SETTINGS)
-    assert not result.passed
-    worst = max(result.checks, key=lambda c: c.max_abs)
-    assert worst.max_abs > 1e-4 and not worst.passed
-    assert worst.mean_abs > 0 and worst.max_rel > 0
-    assert "last_hidden_state" in result.message and "tolerance 0.0001" in result.message
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, Artifact("fp32", {"model": bad}), SETTINGS)
+    mismatch = raised.value
+    worst = max(mismatch.checks, key=lambda c: c.max_abs)
+    assert mismatch.worst == worst and worst.max_abs > 1e-4 and not worst.passed
+    assert worst.output == "last_hidden_state" and worst.mean_abs > 0 and worst.max_rel > 0
+    assert mismatch.tolerance == SETTINGS.tolerances["fp32"]
+    assert "last_hidden_state" in mismatch.message and "tolerance 0.0001" in mismatch.message
 
 
 def test_tolerance_decides(zoo_export) -> None:
     ex = zoo_export("vit")
     strict = Settings(tolerances={"fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)})
-    result = verify(ex, fp32(ex), strict)
-    assert not result.passed
-    assert "logits" in result.message and "min 1" in result.message
-    assert all(not c.passed for c in result.checks)
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, fp32(ex), strict)
+    assert raised.value.worst.output == "logits" and "min 1" in raised.value.message
+    assert raised.value.checks and all(not c.passed for c in raised.value.checks)
 
 
 def test_unloadable_graph_is_verify_error(zoo_export, tmp_path: Path) -> None:
@@ -116,13 +120,13 @@ def test_unloadable_graph_is_verify_error(zoo_export, tmp_path: Path) -> None:
 def test_pytorch_forward_is_memoized_across_variants(zoo_export, tmp_path: Path) -> None:
     ex = zoo_export("t5")
     verify(ex, fp32(ex), SETTINGS)
-    before = {k: [id(c) for c in v] for k, v in ex.cache["cases"].items()}
+    before = {k: [id(c) for c in v.values()] for k, v in ex.cache.cases.items()}
     copies = {}
     for comp in ex.components:
         copies[comp.name] = tmp_path / comp.path.name
         shutil.copy(comp.path, copies[comp.name])
-    assert verify(ex, Artifact("fp16", copies), SETTINGS).passed
-    after = {k: [id(c) for c in v] for k, v in ex.cache["cases"].items()}
+    assert all(c.passed for c in verify(ex, Artifact("fp16", copies), SETTINGS))
+    after = {k: [id(c) for c in v.values()] for k, v in ex.cache.cases.items()}
     assert after == before
 
 
@@ -144,6 +148,45 @@ def test_benchmark_error_is_benchmark_error(zoo_export) -> None:
 def test_real_minilm_verifies_at_fp32(minilm_dir: Path, tmp_path: Path, checkpoint) -> None:
     ckpt = checkpoint(minilm_dir, "feature-extraction")
     ex = export(ckpt, ManifestEntry(source=str(minilm_dir)), SETTINGS, tmp_path)
-    result = verify(ex, fp32(ex), SETTINGS)
-    assert result.passed, result.message
-    assert max(c.max_abs for c in result.checks) <= 1e-4
+    checks = verify(ex, fp32(ex), SETTINGS)
+    assert max(c.max_abs for c in checks) <= 1e-4
+
+
+def test_verify_leaves_the_global_random_generators_as_it_found_them(zoo_export) -> None:
+    import dataclasses
+    import random
+
+    import torch
+
+    from zoo_convert.runtime import RuntimeCache
+
+    fresh = dataclasses.replace(zoo_export("bert"), cache=RuntimeCache())  # inputs generated anew, not memoized
+    random.seed(12345)
+    np.random.seed(12345)
+    torch.manual_seed(12345)
+    before = (random.random(), np.random.random(), torch.rand(1).item())
+    random.seed(12345)
+    np.random.seed(12345)
+    torch.manual_seed(12345)
+    verify(fresh, fp32(fresh), SETTINGS)
+    assert fresh.cache.cases, "the inputs were generated by this call"
+    assert (random.random(), np.random.random(), torch.rand(1).item()) == before
+
+
+def test_benchmark_times_the_cache_branch_of_a_merged_decoder(zoo_export, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zoo_convert.stages.benchmark as bench
+
+    ex = zoo_export("t5")
+    found = cases(ex, ex.components[1], 1, 128, SETTINGS, audio_samples=16000)
+    assert list(found) == [Branch.NO_CACHE, Branch.CACHE]
+    assert found[Branch.NO_CACHE].feed["use_cache_branch"].tolist() == [False]
+    assert found[Branch.CACHE].feed["use_cache_branch"].tolist() == [True]
+    timed = []
+
+    def spy(session, case, comp):  # the real feed_for, noting which case each component is timed on
+        timed.append((comp.name, case.branch))
+        return feed_for(session, case, comp)
+
+    monkeypatch.setattr(bench, "feed_for", spy)
+    benchmark(ex, fp32(ex), FAST_BENCH)
+    assert timed == [("encoder_model", Branch.WHOLE), ("decoder_model_merged", Branch.CACHE)]

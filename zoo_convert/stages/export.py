@@ -16,39 +16,18 @@ reloading the checkpoint.
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError, FailureKind, UnsafeCheckpointError
+from .. import onnx_graph
+from ..errors import ExportError, FailureKind, is_our_bug
 from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
+from ..runtime import processor_shapes
+from ..sources import side_files
 from . import Checkpoint, Component, ExportedModel
 
-# Files beside the weights that a runtime needs to preprocess inputs or generate.
-_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
-    "tokenizer.model",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "feature_extractor_config.json",
-    "image_processor_config.json",
-    "chat_template.jinja",
-)
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
@@ -73,6 +52,8 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
+        if is_our_bug(exc):
+            raise
         raise ExportError(f"{type(exc).__name__}: {exc}") from exc
     weights = _param_bytes(components)
     if weights > settings.external_data_threshold:
@@ -191,8 +172,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         by_file[str(sub)] = (module, config)
     if "decoder_model_merged.onnx" in by_file:
         for name in _UNMERGED:
-            (onnx_dir / name).unlink(missing_ok=True)
-            (onnx_dir / f"{name}_data").unlink(missing_ok=True)
+            onnx_graph.delete(onnx_dir / name)
     components = [
         Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module)
         for sub, (module, config) in by_file.items()
@@ -248,26 +228,6 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     return [Component(name="model", path=path, onnx_config=config, torch_module=model)], {"exporter": "torch"}
 
 
-def processor_shapes(folder: Path) -> dict[str, int]:
-    """Dummy-input shapes the checkpoint's processor config fixes (image size, mel frames and bins)."""
-    import json
-
-    path = Path(folder) / "preprocessor_config.json"
-    if not path.is_file():
-        return {}
-    conf = json.loads(path.read_text())
-    shapes = {k: conf[k] for k in ("nb_max_frames", "feature_size") if isinstance(conf.get(k), int)}
-    size = conf.get("crop_size") if conf.get("do_center_crop") else None
-    size = size or conf.get("size")
-    if isinstance(size, int):
-        shapes.update(height=size, width=size)
-    elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
-        shapes.update(height=size["height"], width=size["width"])
-    elif isinstance(size, dict) and isinstance(size.get("shortest_edge"), int):
-        shapes.update(height=size["shortest_edge"], width=size["shortest_edge"])
-    return shapes
-
-
 def _param_bytes(components: list[Component]) -> int:
     seen: set[int] = set()
     total = 0
@@ -280,52 +240,13 @@ def _param_bytes(components: list[Component]) -> int:
 
 
 def _externalize(path: Path) -> None:
-    """Move the graph's weights into ``<name>_data`` beside it (the layout ORT and transformers.js expect)."""
+    """Move the graph's weights into external data beside it (the layout ORT and transformers.js expect)."""
     import onnx
     from onnx.external_data_helper import uses_external_data
 
-    if any(uses_external_data(t) for t in onnx.load(str(path), load_external_data=False).graph.initializer):
+    if any(uses_external_data(t) for t in onnx_graph.load(path).graph.initializer):
         return  # the exporter already wrote external data (graphs over 2 GB)
-    model = onnx.load(str(path), load_external_data=True)
-    data = path.with_name(path.name + "_data")
-    data.unlink(missing_ok=True)
-    # size_threshold=1024 keeps small constants inline; some ops dislike external scalars.
-    onnx.save_model(
-        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name, size_threshold=1024
-    )
-
-
-def side_files(ckpt_dir: Path) -> list[Path]:
-    """The checkpoint's side files to copy beside onnx/; UnsafeCheckpointError for one that leads elsewhere.
-
-    Each must be a regular file that resolves inside the checkpoint folder, or inside the
-    Hub cache folder of the same repo (a snapshot's files are links to its ``blobs/``):
-    a ``merges.txt`` linked to any other file on the machine would be copied and published.
-    """
-    root = ckpt_dir.resolve()
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
-        root = root.parent.parent
-    found = []
-    for name in _SIDE_FILES:
-        path = ckpt_dir / name
-        if not os.path.lexists(path):
-            continue
-        try:
-            target: Path | None = path.resolve()
-            regular = stat.S_ISREG(os.stat(path).st_mode)
-        except (OSError, RuntimeError):  # a dangling link, a link loop
-            target, regular = None, False
-        if target is not None and not target.is_relative_to(root):
-            problem = f"links to {target}, outside the checkpoint"
-        elif not regular:
-            problem = "is not a regular file"
-        else:
-            found.append(path)
-            continue
-        raise UnsafeCheckpointError(
-            f"{ckpt_dir}: side file {name} {problem}; only regular files inside the checkpoint are copied to the artifacts"
-        )
-    return found
+    onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
 
 
 def _copy_side_files(sides: list[Path], out_dir: Path) -> None:
@@ -356,15 +277,13 @@ def _umask() -> int:
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:
     """Read opset, IR version, node count and op census from the written graphs."""
-    import onnx
-
     census: Counter[str] = Counter()
     opset = ir_version = 0
     for comp in components:
-        graph = onnx.load(str(comp.path), load_external_data=False)
-        ir_version = max(ir_version, graph.ir_version)
-        opset = max(opset, next((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), 0))
-        census.update(_op_types(graph.graph))
+        model = onnx_graph.load(comp.path)
+        ir_version = max(ir_version, model.ir_version)
+        opset = max(opset, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
+        census.update(onnx_graph.op_census(model.graph))
     files = {
         str(p.relative_to(out_dir)): p.stat().st_size for p in sorted((out_dir / "onnx").rglob("*")) if p.is_file()
     }
@@ -379,16 +298,3 @@ def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], deta
         files=files,
         details=details,
     )
-
-
-def _op_types(graph: Any) -> Counter[str]:
-    """Op types of a graph including its If/Loop subgraphs (a merged decoder keeps both branches there)."""
-    counts: Counter[str] = Counter()
-    for node in graph.node:
-        counts[node.op_type] += 1
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                counts.update(_op_types(attr.g))
-            for sub in attr.graphs:
-                counts.update(_op_types(sub))
-    return counts

@@ -29,6 +29,7 @@ import contextlib
 import os
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +38,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import FailureKind, OptimizeError, storage_fault
+from .. import onnx_graph
+from ..errors import FailureKind, OptimizeError, first_line, is_our_bug, storage_fault
 from ..records import VARIANT_FILES, Settings
+from ..runtime import ort_session
 from . import Artifact, Component, ExportedModel
 
 # HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
@@ -113,6 +116,9 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
                 art = artifacts[variant]
                 art.details["components"][component.name] = details
                 if path is None:
+                    found = details.pop("traceback", None)  # kept on the artifact, not in the recorded details
+                    art.traceback = art.traceback or found
+                    art.details.setdefault("failure_kind", details["failure_kind"])
                     art.details.setdefault("error", f"{variant} of {component.name}: {details['error']}")
                 else:
                     art.files[component.name] = path
@@ -126,8 +132,7 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
 def _discard(art: Artifact) -> None:
     """Remove a failed variant's other components: half a variant would only mislead a loader."""
     for path in art.files.values():
-        path.with_name(path.name + "_data").unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
+        onnx_graph.delete(path)
     art.files.clear()
 
 
@@ -136,7 +141,7 @@ def _component(
 ) -> dict[str, tuple[Path | None, dict[str, Any]]]:
     """All variants of one graph; the plain export is overwritten last."""
     plain = component.path
-    external = _disk_size(plain) > settings.external_data_threshold
+    external = onnx_graph.disk_size(plain) > settings.external_data_threshold
     made: dict[str, tuple[Path | None, dict[str, Any]]] = {}
     work = scratch / component.name
     work.mkdir()
@@ -149,7 +154,9 @@ def _component(
         try:
             optimized, fp32_details = _fp32(exported, component, work, external, settings)
         except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
-            raise OptimizeError(f"fp32 of {component.name}: {_reason(exc)}") from exc
+            if is_our_bug(exc):
+                raise
+            raise OptimizeError(f"fp32 of {component.name}: {first_line(exc)}") from exc
         fp32_details["seconds"] = round(time.perf_counter() - t0, 3)
         if "fp32" in variants:
             made["fp32"] = (optimized, fp32_details)
@@ -160,7 +167,7 @@ def _component(
     placed: dict[str, tuple[Path | None, dict[str, Any]]] = {}
     for variant in variants:
         path, details = made[variant]
-        placed[variant] = (_place(path, final[variant], external) if path else None, details)
+        placed[variant] = (onnx_graph.move(path, final[variant], external=external) if path else None, details)
     return placed
 
 
@@ -172,7 +179,10 @@ def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | No
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is recorded, not raised
         if storage_fault(exc) is not None:
             raise  # a full disk is no fault of this variant: the whole job is redone
-        path, details = None, {"error": _reason(exc), "failure_kind": FailureKind.OPTIMIZE_ERROR.value}
+        kind = FailureKind.INTERNAL if is_our_bug(exc) else FailureKind.OPTIMIZE_ERROR
+        path, details = None, {"error": first_line(exc), "failure_kind": kind.value}
+        if kind is FailureKind.INTERNAL:
+            details["traceback"] = traceback.format_exc()
     details["seconds"] = round(time.perf_counter() - t0, 3)
     return path, details
 
@@ -181,7 +191,7 @@ def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]
     """Dynamic int8 quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    graph = onnx.load(str(plain), load_external_data=False).graph
+    graph = onnx_graph.load(plain).graph
     computed = _computed_weight_convs(graph)
     post_gelu = _post_gelu_matmuls(graph)
     quantize_dynamic(
@@ -216,9 +226,8 @@ def _computed_weight_convs(graph: onnx.GraphProto, outer: frozenset[str] = froze
     for node in graph.node:
         if node.op_type in ("Conv", "ConvTranspose") and node.input[1] not in stored:
             names.append(node.name)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                names.extend(_computed_weight_convs(sub, stored))
+        for _, sub in onnx_graph.subgraphs(node):
+            names.extend(_computed_weight_convs(sub, stored))
     return names
 
 
@@ -241,9 +250,8 @@ def _post_gelu_matmuls(graph: onnx.GraphProto, outer: dict[str, onnx.NodeProto] 
     for node in graph.node:
         if node.op_type == "MatMul" and _after_gelu(node.input[0], producers):
             names.append(node.name)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                names.extend(_post_gelu_matmuls(sub, producers))
+        for _, sub in onnx_graph.subgraphs(node):
+            names.extend(_post_gelu_matmuls(sub, producers))
     return names
 
 
@@ -300,7 +308,9 @@ def _fp32(
             else:
                 return out, {**details, "method": "transformers_optimizer", "fusion_applied": True, "fused_ops": gained}
         except Exception as exc:  # noqa: BLE001 - a broken fuser falls back to ORT's own optimizer
-            notes.append(f"transformers optimizer ({fusion_type}) failed: {_reason(exc)}")
+            if is_our_bug(exc):
+                raise
+            notes.append(f"transformers optimizer ({fusion_type}) failed: {first_line(exc)}")
 
     out = _ort_offline(component.path, work / "offline.onnx", external)
     why = _mismatch(reference, _run(out, feeds, settings), tolerance)
@@ -325,7 +335,7 @@ def _fuse(plain: Path, out: Path, fusion_type: str, config: dict[str, Any], exte
         str(plain), model_type=fusion_type, num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=False
     )
     stats = {op: n for op, n in optimizer.get_fused_operator_statistics().items() if n}
-    _save(optimizer.model, out, external)
+    onnx_graph.save(optimizer.model, out, external=external)
     return out, stats
 
 
@@ -337,8 +347,12 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     opts.optimized_model_filepath = str(out)
     if external:
-        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", out.name + "_data")
-        opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        opts.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
+        )
+        opts.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", str(onnx_graph.EXTERNAL_MIN_BYTES)
+        )
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
     return out
 
@@ -346,17 +360,19 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
 def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
     if source == plain:  # fp32 is the plain export (--no-optimize, or nothing applied): no second try
-        _save(_to_fp16(plain), out, external)
+        onnx_graph.save(_to_fp16(plain), out, external=external)
         _load(out)
         return out, {"source": "plain export", "io": "keep_io_types"}
     try:
-        _save(_to_fp16(source), out, external)
+        onnx_graph.save(_to_fp16(source), out, external=external)
         _load(out)
         return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types"}
     except Exception as exc:  # noqa: BLE001 - retried below from the plain export
-        first = _reason(exc)
+        if is_our_bug(exc):
+            raise
+        first = first_line(exc)
     # ORT's converter cannot type ORT-optimized If branches (merged decoders): convert the plain export.
-    _save(_to_fp16(plain), out, external)
+    onnx_graph.save(_to_fp16(plain), out, external=external)
     _load(out)
     return out, {"source": "plain export", "io": "keep_io_types", "note": f"from the fp32 graph failed: {first}"}
 
@@ -386,34 +402,29 @@ def _unshadow_branch_outputs(graph: onnx.GraphProto, outer: frozenset[str] = fro
     names = outer | {v.name for v in [*graph.input, *graph.output, *graph.initializer]}
     names |= {o for node in graph.node for o in node.output}
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                made = {o: n for n in sub.node for o in n.output}
-                prefix = f"{node.name or node.op_type}/{attr.name}/"
-                renamed = {o.name: prefix + o.name for o in sub.output if o.name in names and o.name in made}
-                for n in sub.node:
-                    n.output[:] = [renamed.get(x, x) for x in n.output]
-                    n.input[:] = [renamed.get(x, x) for x in n.input]
-                for value in sub.value_info:
-                    value.name = renamed.get(value.name, value.name)
-                for out in sub.output:
-                    producer = made.get(out.name)
-                    out.name = renamed.get(out.name, out.name)
-                    if producer is not None and producer.op_type == "Constant":
-                        producer.output[0] = out.name + "/constant"
-                        sub.node.append(onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name]))
-                _unshadow_branch_outputs(sub, names)
+        for attr_name, sub in onnx_graph.subgraphs(node):
+            made = {o: n for n in sub.node for o in n.output}
+            prefix = f"{node.name or node.op_type}/{attr_name}/"
+            renamed = {o.name: prefix + o.name for o in sub.output if o.name in names and o.name in made}
+            for n in sub.node:
+                n.output[:] = [renamed.get(x, x) for x in n.output]
+                n.input[:] = [renamed.get(x, x) for x in n.input]
+            for value in sub.value_info:
+                value.name = renamed.get(value.name, value.name)
+            for out in sub.output:
+                producer = made.get(out.name)
+                out.name = renamed.get(out.name, out.name)
+                if producer is not None and producer.op_type == "Constant":
+                    producer.output[0] = out.name + "/constant"
+                    sub.node.append(onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name]))
+            _unshadow_branch_outputs(sub, names)
 
 
 LOAD_TIMEOUT_S = 300.0
 
 
 def _open_session(path: str) -> None:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    ort_session(Path(path), threads=1)
 
 
 def _load(path: Path, open_session: Callable[[str], None] = _open_session) -> None:
@@ -485,14 +496,10 @@ def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int:
 
 def _feeds(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
     """Inputs for a plain-vs-candidate check, built from the graph's declared inputs and the config."""
-    model = onnx.load(str(path), load_external_data=False)
-    initializers = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(0)
     sizes = _dim_sizes(config)
     feeds: dict[str, np.ndarray] = {}
-    for inp in model.graph.input:
-        if inp.name in initializers:
-            continue
+    for inp in onnx_graph.inputs(path):
         tensor = inp.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else _dim(d.dim_param, sizes) for d in tensor.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
@@ -523,7 +530,9 @@ def _dim(name: str, sizes: dict[str, int]) -> int:
     return 3 if "past" in name else 5
 
 
-def _values(name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: Any) -> np.ndarray:
+def _values(
+    name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: np.random.Generator
+) -> np.ndarray:
     if dtype == np.bool_:
         return np.ones(shape, dtype=bool)  # use_cache_branch: take the with-past branch
     if np.issubdtype(dtype, np.integer):
@@ -537,13 +546,8 @@ def _values(name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any]
 
 def _run(path: Path, feeds: dict[str, np.ndarray], settings: Settings) -> list[np.ndarray] | None:
     """Outputs of one graph on the feeds; None when the plain graph itself cannot run them."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = settings.threads
     # Load without further optimization: the check is of the graph as written.
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = ort_session(path, threads=settings.threads, optimize=False)
     try:
         return session.run(None, feeds)
     except Exception:  # noqa: BLE001 - generated inputs don't fit every model; then only loading is checked
@@ -566,49 +570,11 @@ def _mismatch(reference: list[np.ndarray] | None, candidate: list[np.ndarray] | 
 
 
 def _census(path: Path) -> Counter[str]:
-    """Op type counts, including the branches of If and Loop nodes."""
-    counts: Counter[str] = Counter()
-    stack = [onnx.load(str(path), load_external_data=False).graph]
-    while stack:
-        graph = stack.pop()
-        for node in graph.node:
-            counts[node.op_type] += 1
-            for attr in node.attribute:
-                stack.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
-    return counts
+    return onnx_graph.op_census(onnx_graph.load(path).graph)
 
 
 def _gained(before: Counter[str], after: Counter[str]) -> dict[str, int]:
     return {op: after[op] - before[op] for op in _FUSED_OPS if after[op] > before[op]}
-
-
-def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
-    """Write a graph, weights in ``<name>_data`` beside it (optimum's and transformers.js' name) when large."""
-    data = path.with_name(path.name + "_data")
-    data.unlink(missing_ok=True)  # onnx appends to an existing data file
-    if external:
-        onnx.save_model(
-            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name
-        )
-    else:
-        onnx.save_model(model, str(path))
-
-
-def _place(src: Path, dst: Path, external: bool) -> Path:
-    """Move a finished graph into onnx/; external data is renamed, so it is rewritten."""
-    if src == dst:
-        return dst
-    if external:
-        _save(onnx.load(str(src)), dst, external=True)
-    else:
-        dst.with_name(dst.name + "_data").unlink(missing_ok=True)
-        os.replace(src, dst)
-    return dst
-
-
-def _disk_size(path: Path) -> int:
-    data = path.with_name(path.name + "_data")
-    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
 
 
 def _summarize(art: Artifact) -> None:
@@ -622,9 +588,4 @@ def _summarize(art: Artifact) -> None:
     if art.variant == "int8":
         art.details["quantization"] = "dynamic QInt8 per-channel"
     if "error" in art.details:
-        art.details["failure_kind"] = FailureKind.OPTIMIZE_ERROR.value
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:500]
+        art.details.setdefault("failure_kind", FailureKind.OPTIMIZE_ERROR.value)

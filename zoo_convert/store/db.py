@@ -16,20 +16,26 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import duckdb
 
-from ..errors import FailureKind, StoreError
+from ..errors import FailureKind, StoreError, UsageError
 from ..records import FAILED, ConversionResult, VariantResult
 from .schema import LATEST_VERSION, MIGRATIONS, SCHEMA_MIGRATIONS
 
+# DuckDB 2 writes a storage format no DuckDB 1.x can open. A new file is created in the
+# v1.0.0 format instead, which every DuckDB since 1.0 reads; later writes keep it.
+STORAGE_VERSION = "v1.0.0"
+
 JOB_STAGES = ("fetch", "export", "check", "optimize")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,99}")
 VARIANT_STAGES = ("verify", "benchmark")
 
 
@@ -96,17 +102,35 @@ class ResultStore:
         versions: dict[str, str],
         resources: dict,
         settings: dict,
+        name: str | None = None,
     ) -> None:
-        """Register a run before its first result; a run id is used once."""
+        """Register a run before its first result; a run id is used once, and so is a name."""
         with self._transaction() as con:
             if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
                 raise StoreError(f"run {run_id!r} already exists")
+            if name is not None:
+                _check_run_name(con, name)
             (seq,) = con.execute("SELECT coalesce(max(run_seq), 0) + 1 FROM runs").fetchone()
             con.execute(
                 "INSERT INTO runs (run_id, run_seq, manifest, manifest_hash, versions, resources, settings,"
-                " started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
-                [run_id, seq, manifest, manifest_hash, _map(versions), _json(resources), _json(settings), _utcnow()],
+                " started_at, status, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                [run_id, seq, manifest, manifest_hash, _map(versions), _json(resources), _json(settings), _utcnow(),
+                 name],
             )
+
+    def check_run_name(self, name: str) -> None:
+        """Raise UsageError unless ``name`` is a well-formed name no run uses yet (as a name or an id)."""
+        with self.connect() as con:
+            _check_run_name(con, name)
+
+    def find_run(self, ref: str) -> tuple[str, int] | None:
+        """The (run id, run seq) that ``ref`` names, by run name or run id; None when no run matches."""
+        with self.connect() as con:
+            row = con.execute(
+                "SELECT run_id, run_seq FROM runs WHERE name = $ref OR run_id = $ref ORDER BY name = $ref DESC LIMIT 1",
+                {"ref": ref},
+            ).fetchone()
+        return (row[0], row[1]) if row else None
 
     def abandon_runs(self) -> list[str]:
         """Mark every run still ``running`` as ``abandoned`` and return their ids.
@@ -183,8 +207,13 @@ class ResultStore:
 
     def record_publication(self, row: dict[str, Any]) -> None:
         """Append one publish outcome (``publish.Publication.to_row()``) to ``publications``."""
+        self.record_publications([row])
+
+    def record_publications(self, rows: list[dict[str, Any]]) -> None:
+        """Append several publish outcomes in one transaction, their timestamps in the order given."""
+        now = _utcnow()
         with self._transaction() as con:
-            _insert(con, "publications", [{**row, "published_at": _utcnow()}])
+            _insert(con, "publications", [{**row, "published_at": now + timedelta(microseconds=i)} for i, row in enumerate(rows)])
 
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
         """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed.
@@ -303,7 +332,7 @@ def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) ->
 def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, Any]:
     status, kind, stage, message = v.status, v.failure_kind, None, v.message
     if v.status == FAILED:
-        stage = _failed_stage(result, v)
+        stage = result.failed_stage(v)
     elif result.failure_kind and result.stage not in VARIANT_STAGES:
         # The job itself failed after this variant was made (a timeout, a crash): the cell did not make it.
         status, kind, stage, message = FAILED, result.failure_kind, result.stage, result.message
@@ -313,6 +342,8 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, An
         "failure_kind": kind,
         "stage": stage,
         "message": message,
+        # A variant that failed on its own keeps its traceback in its row; the others show the job's.
+        "traceback": v.traceback if v.status == FAILED and v.traceback else result.traceback,
         **{f"{name}_s": _stage_seconds(result, name, v.variant) for name in VARIANT_STAGES},
         "file": v.file,
         "size_bytes": v.size_bytes,
@@ -327,17 +358,6 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, An
         "speedup": v.speedup,
         "optimizer": _json(v.optimizer),
     }
-
-
-def _failed_stage(result: ConversionResult, v: VariantResult) -> str:
-    """The variant's stage that failed, else the stage its failure kind names."""
-    for s in result.stages:
-        if s.details.get("variant") == v.variant and s.status == FAILED:
-            return s.stage
-    try:
-        return FailureKind(v.failure_kind).stage
-    except ValueError:
-        return "verify"
 
 
 def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = None) -> float | None:
@@ -367,12 +387,13 @@ def _unreadable_message(path: Path, exc: duckdb.Error) -> str:
 
 
 def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open the file, waiting while another process holds DuckDB's file lock."""
+    """Open the file, waiting while another process holds DuckDB's file lock; a new file gets ``STORAGE_VERSION``."""
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.02
     while True:
+        config = {} if read_only or path.exists() else {"storage_compatibility_version": STORAGE_VERSION}
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as exc:
             if not isinstance(exc, duckdb.IOException) or "lock" not in str(exc).lower():
                 raise StoreError(f"cannot open {path}: {exc}") from exc
@@ -382,6 +403,20 @@ def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPy
                 ) from exc
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _check_run_name(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    if not RUN_NAME.fullmatch(name):
+        raise UsageError(f"run name {name!r}: use up to 100 letters, digits and . _ : + - (starting with a letter or digit)")
+    try:
+        datetime.fromisoformat(name)
+    except ValueError:
+        pass
+    else:  # --since reads a date as a date
+        raise UsageError(f"run name {name!r} reads as a date; add a word (nightly-{name})")
+    taken = con.execute("SELECT run_id FROM runs WHERE name = $n OR run_id = $n", {"n": name}).fetchone()
+    if taken:
+        raise UsageError(f"run name {name!r} is taken by run {taken[0]}; each run needs its own name")
 
 
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:

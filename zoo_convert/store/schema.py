@@ -5,12 +5,13 @@ A migration is applied once, in its own transaction, and recorded in
 
 Tables::
 
-    runs              one row per farm run (manifest, toolchain, resources, counts)
+    runs              one row per farm run (manifest, toolchain, resources, counts, its
+                      optional unique name)
     results           one terminal row per job and variant; a job that failed before
                       any artifact existed has one row with variant NULL
     verification      ORT vs PyTorch per job, variant, output and input shape
     op_census         ONNX op counts of each job's fp32 graph
-    publications      one row per model and publish attempt (stages/publish.py)
+    publications      one row per model and publish attempt (publish/)
     schema_migrations which migrations this file has
 
 Views (the model identity is source + revision + exporter + requested opset)::
@@ -224,6 +225,21 @@ CREATE TABLE publications (
 );
 """
 
+# ``run --name``: a run a person can refer to (``db regressions --since nightly-2026-01-01``).
+_RUN_NAMES = """
+ALTER TABLE runs ADD COLUMN name VARCHAR;
+CREATE UNIQUE INDEX runs_name ON runs (name);
+"""
+
+
+# The hard timeout a farm job ran under: a timeout is redone when a later run allows longer.
+# The views are made again: DuckDB 1.x keeps a view's column types and refuses a view over
+# ``results.*`` once the table has grown a column ("Contents of view were altered").
+_RESULTS_TIMEOUT = "ALTER TABLE results ADD COLUMN timeout_s DOUBLE;\n" + _VIEWS.replace(
+    "CREATE VIEW", "CREATE OR REPLACE VIEW"
+)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -233,14 +249,12 @@ class Migration:
     sql: str
 
 
-# The hard timeout a farm job ran under: a timeout is redone when a later run allows longer.
-_RESULTS_TIMEOUT = "ALTER TABLE results ADD COLUMN timeout_s DOUBLE;"
-
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables", _TABLES),
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
-    Migration(4, "results.timeout_s", _RESULTS_TIMEOUT),
+    Migration(4, "run names", _RUN_NAMES),
+    Migration(5, "results.timeout_s", _RESULTS_TIMEOUT),
 )
 
 SCHEMA_MIGRATIONS = """
