@@ -34,6 +34,7 @@ import functools
 import heapq
 import itertools
 import logging
+import os
 import sys
 import time
 import uuid
@@ -479,7 +480,9 @@ def _init_ray(options: FarmOptions) -> None:
     # Ray turns token authentication on for every new local instance and says so on each run; only
     # that notice is dropped (a warning that authentication is off still comes through).
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_token_auth_enabled)
-    ray.init(address=options.address, **kwargs)
+    # Without an address ray.init() would join whatever cluster `ray start` left registered on this
+    # machine; the farm's default is its own local instance (RAY_ADDRESS, as `ray job submit` sets it, still counts).
+    ray.init(address=options.address or os.environ.get("RAY_ADDRESS") or "local", **kwargs)
 
 
 def _not_token_auth_enabled(record: logging.LogRecord) -> bool:
