@@ -228,7 +228,7 @@ def test_exit_codes_tell_an_operational_error_from_bad_usage(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("error", "code"),
-    [("UsageError", 2), ("ManifestError", 2), ("StoreError", 1), ("PublishError", 1), ("FetchError", 1),
+    [("UsageError", 2), ("ManifestError", 2), ("RunLockedError", 2), ("StoreError", 1), ("PublishError", 1), ("FetchError", 1),
      ("UnsafeCheckpointError", 1), ("ZooConvertError", 1)],
 )  # fmt: skip
 def test_every_library_error_has_its_exit_code(error: str, code: int) -> None:

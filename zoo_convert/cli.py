@@ -8,7 +8,9 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
   unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable.
 * 2 bad usage: a wrong option or argument (click's own errors,
   :class:`~zoo_convert.errors.UsageError`) or a manifest file that cannot be used
-  (:class:`~zoo_convert.errors.ManifestError`).
+  (:class:`~zoo_convert.errors.ManifestError`); also ``run`` refused because another run
+  holds the DB (:class:`~zoo_convert.errors.RunLockedError`): like bad usage, nothing was
+  done, and the same command succeeds later or with ``--wait``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import ManifestError, UsageError, ZooConvertError
+from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
 from .hub_budget import Governor, HubLimits
 from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
@@ -32,7 +34,12 @@ F = TypeVar("F", bound=Callable[..., object])
 
 # The error boundary's table: library error -> exit code; the first class in the error's MRO wins.
 # Anything else from the library (StoreError, FetchError, PublishError, ...) is operational: 1.
-EXIT_CODES: dict[type[ZooConvertError], int] = {UsageError: 2, ManifestError: 2, ZooConvertError: 1}
+EXIT_CODES: dict[type[ZooConvertError], int] = {
+    UsageError: 2,
+    ManifestError: 2,
+    RunLockedError: 2,  # refused before doing anything, as bad usage is: run again later or with --wait
+    ZooConvertError: 1,
+}
 
 
 def exit_code(exc: ZooConvertError) -> int:
@@ -61,7 +68,8 @@ def cli() -> None:
       0  done (`run`: the run completed, whatever the models did)
       1  a recorded failure (a model, a regression), or an operational error:
          the results DB locked or unreadable, the Hub unreachable
-      2  bad usage: options, arguments, or a manifest file that cannot be used
+      2  bad usage: options, arguments, or a manifest file that cannot be used;
+         also `run` refused because another run holds the DB (see --wait)
     """
 
 

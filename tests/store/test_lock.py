@@ -50,7 +50,7 @@ def _run(tmp_path: Path, *extra: str) -> list[str]:
 def test_a_second_run_stops_at_once_saying_who_holds_the_db(tmp_path: Path, holder: subprocess.Popen) -> None:
     t0 = time.monotonic()
     second = subprocess.run(_run(tmp_path), capture_output=True, text=True, timeout=120)
-    assert second.returncode != 0 and time.monotonic() - t0 < 60
+    assert second.returncode == 2 and time.monotonic() - t0 < 60
     said = " ".join(second.stderr.split())
     assert f"run run-A (host {socket.gethostname()}, pid {holder.pid}, since 20" in said and "--wait" in said, said
     assert "Traceback" not in second.stderr
