@@ -20,7 +20,7 @@ from hubserver import HubServer
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 from zoo_convert.runtime import SENTENCES
-from zoo_convert.stages.export import _sentence_transformers_files
+from zoo_convert.sources import sentence_transformers_files
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -158,12 +158,12 @@ def test_pickled_module_weights_and_paths_outside_the_checkpoint_are_not_copied(
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "secret.json").write_text("{}")
     (tmp_path / "ckpt" / "modules.json").write_text(json.dumps(modules))
-    files, left_out = _sentence_transformers_files(tmp_path / "ckpt")
+    files, left_out = sentence_transformers_files(tmp_path / "ckpt")
     assert files == ["modules.json", "config_sentence_transformers.json", "sentence_bert_config.json",
                      "1_Pooling/config.json", "2_Dense/config.json"]
     assert left_out == ["2_Dense/pytorch_model.bin"]
     # A Transformer kept in a subfolder: our root graph cannot stand in for it, so nothing is copied.
     modules[0]["path"] = "0_Transformer"
     (tmp_path / "ckpt" / "modules.json").write_text(json.dumps(modules))
-    assert _sentence_transformers_files(tmp_path / "ckpt") == ([], [])
+    assert sentence_transformers_files(tmp_path / "ckpt") == ([], [])
     shutil.rmtree(tmp_path / "ckpt")

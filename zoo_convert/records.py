@@ -16,6 +16,9 @@ from typing import Any
 from .errors import FailureKind
 
 EXPORTERS = ("optimum", "torch")
+# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
+# tests check it stays inside what torch and onnx know.
+MIN_OPSET, MAX_OPSET = 7, 23
 # Every variant the farm can make; a manifest row or --variants asks for some of them.
 VARIANTS = ("fp32", "fp16", "int8", "uint8", "q4")
 # What a job makes when it does not say: uint8 and q4 are opt-in (one more quantization,
@@ -266,6 +269,7 @@ class ConversionResult:
         versions: toolchain versions the job ran with.
         started_at / finished_at: ISO-8601 UTC timestamps.
         attempts: how many times the farm ran this job (1 outside the farm).
+        timeout_s: the hard timeout the job ran under (farm jobs; None outside the farm).
         node: host that ran the job.
         row: manifest row number, when it came from a manifest.
         tags: the entry's tags.
@@ -295,6 +299,7 @@ class ConversionResult:
     started_at: str | None = None
     finished_at: str | None = None
     attempts: int = 1
+    timeout_s: float | None = None
     node: str | None = None
     row: int | None = None
     tags: tuple[str, ...] = ()

@@ -16,7 +16,6 @@ reloading the checkpoint.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -24,41 +23,20 @@ from typing import Any
 
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, is_our_bug
-from ..records import ManifestEntry, Settings
+from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import processor_shapes
+from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
-# Files beside the weights that a runtime needs to preprocess inputs or generate.
-_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
-    "tokenizer.model",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "feature_extractor_config.json",
-    "image_processor_config.json",
-    "chat_template.jinja",
-)
-# sentence-transformers' own files beside a Transformer module saved at the root.
-_ST_ROOT_FILES = ("modules.json", "config_sentence_transformers.json")
-_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
     """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
+        raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)
@@ -81,8 +59,8 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if weights > settings.external_data_threshold:
         for comp in components:
             _externalize(comp.path)
-    _copy_side_files(ckpt.path, Path(out_dir))
-    modules, left_out = _sentence_transformers_files(ckpt.path)
+    _copy_side_files(ckpt.path, sides, Path(out_dir))
+    modules, left_out = sentence_transformers_files(ckpt.path)
     if modules:
         details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
@@ -274,43 +252,32 @@ def _externalize(path: Path) -> None:
     onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
 
 
-def _copy_side_files(src: Path, out_dir: Path) -> None:
+def _copy_side_files(src: Path, sides: list[Path], out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
-    for name in (*_SIDE_FILES, *_sentence_transformers_files(src)[0]):
-        if (src / name).is_file():
-            (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / name, out_dir / name)
+    for path in sides:
+        dest = out_dir / path.relative_to(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)  # sentence-transformers module folders
+        dest.unlink(missing_ok=True)
+        shutil.copyfile(path, dest)  # the contents only: set_modes gives every artifact one mode
 
 
-def _sentence_transformers_files(src: Path) -> tuple[list[str], list[str]]:
-    """A sentence-transformers checkpoint's own files to copy, and the module files left behind.
+def set_modes(out_dir: Path) -> None:
+    """Every artifact file gets mode 0644 less the umask (onnx writes external data 0600, copies kept any mode)."""
+    mode = 0o644 & ~_umask()
+    for path in Path(out_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
 
-    ``SentenceTransformer(out, backend="onnx")`` runs ``onnx/model.onnx`` as the Transformer
-    module saved at the root and builds every other module in modules.json from its folder:
-    Pooling and Normalize from a config (Normalize has none), Dense and LayerNorm from a config
-    and weights, which it runs in PyTorch. So the folders are copied whole, safetensors weights
-    included, but never pickled weights (we neither load nor republish pickles); a Dense that has
-    only those fails to load rather than silently changing the embeddings. A checkpoint whose
-    one Transformer is not at the root gets nothing: our graph could not stand in for it.
-    """
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for other threads meanwhile)."""
     try:
-        modules = json.loads((src / "modules.json").read_text())
-        transformers = [m["path"] for m in modules if m["type"].rsplit(".", 1)[-1] == "Transformer"]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return [], []  # not sentence-transformers, or a modules.json it could not load either
-    if transformers not in ([""], ["."]):
-        return [], []
-    files = [n for n in _ST_ROOT_FILES if (src / n).is_file()]
-    files += sorted(p.name for p in src.glob("sentence_*_config.json") if p.is_file())
-    left_out: list[str] = []
-    for module in modules:
-        folder = Path(module["path"])
-        if module["path"] in ("", ".") or folder.is_absolute() or ".." in folder.parts:
-            continue
-        for f in sorted(p for p in (src / folder).rglob("*") if p.is_file()):
-            rel = f.relative_to(src).as_posix()
-            (left_out if f.suffix in _PICKLE_SUFFIXES else files).append(rel)
-    return files, left_out
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:
