@@ -110,6 +110,7 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
     assert 'ORTModelForMaskedLM.from_pretrained("acme/bert-ONNX", subfolder="onnx")' in card.text
     assert "| `'q8'` | `onnx/model_quantized.onnx` | int8:" in card.text
     assert "| `'int8'` | `onnx/model_int8.onnx` | int8:" in card.text
+    assert "SentenceTransformer" not in card.text  # not a sentence-transformers checkpoint
 
     tokenizer = AutoTokenizer.from_pretrained(local)
     inputs = tokenizer(["the farm converts models", "hello"], padding=True, return_tensors="pt")

@@ -137,10 +137,26 @@ def test_a_published_repo_keeps_its_modules(hub: HubServer, with_dense: Path, tm
     assert {"modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json",
             "2_Dense/config.json", "2_Dense/model.safetensors"} <= set(files)
     local = Path(snapshot_download(pub.repo_id, endpoint=hub.url, token=TOKEN, cache_dir=tmp_path / "dl"))
+    assert f'SentenceTransformer("{pub.repo_id}", backend="onnx"' in (local / "README.md").read_text()
     want, _ = _embeddings(with_dense)
     got, modules = _embeddings(local, file_name="onnx/model.onnx")
     assert modules == ["Transformer", "Pooling", "Dense", "Normalize"]
     assert np.allclose(got, want, atol=1e-4)
+
+
+def test_a_module_file_linked_out_of_the_checkpoint_is_refused(zoo_dir: Path, tmp_path: Path) -> None:
+    """The side-file rule holds for module folders too: nothing from elsewhere on the machine is copied."""
+    from zoo_convert.errors import UnsafeCheckpointError
+    from zoo_convert.stages.fetch import fetch
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "sentence-bert", ckpt)
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"not": "for publishing"}')
+    (ckpt / "1_Pooling" / "config.json").unlink()
+    (ckpt / "1_Pooling" / "config.json").symlink_to(secret)
+    with pytest.raises(UnsafeCheckpointError, match=f"side file 1_Pooling/config.json links to {secret}"):
+        fetch(ManifestEntry(source=str(ckpt)), Settings())
 
 
 def test_pickled_module_weights_and_paths_outside_the_checkpoint_are_not_copied(tmp_path: Path) -> None:

@@ -220,7 +220,8 @@ class VariantResult:
     Attributes:
         variant: fp32, fp16, int8, uint8 or q4.
         status: passed or failed.
-        file: path relative to the model's artifact folder (``onnx/model.onnx``).
+        file: path relative to the model's artifact folder (``onnx/model.onnx``); the first of the variant's names
+            (int8: ``onnx/model_quantized.onnx``, hard-linked as ``onnx/model_int8.onnx``).
         size_bytes: the .onnx file plus its external data.
         failure_kind / message: why it failed (None when it passed).
         traceback: where it failed, when an exception made it fail (always for ``internal``).

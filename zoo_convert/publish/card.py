@@ -147,8 +147,25 @@ def model_card(
             for d in JS_DTYPES.get(v.variant, ())
         ),
         "",
-        "A dtype's file is one name of its variant's graph: names of the same variant are the same bytes.",
-        "",
+        *(
+            [f"`'{shared[0]}'` and `'{shared[1]}'` load the same graph: one file under two names.", ""]
+            if (shared := next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None))
+            else []
+        ),
+        *(
+            [
+                "With [sentence-transformers](https://sbert.net) (its modules are in the repo):",
+                "",
+                "```python",
+                "from sentence_transformers import SentenceTransformer",
+                "",
+                f'model = SentenceTransformer("{repo_id}", backend="onnx", model_kwargs={{"file_name": "onnx/model.onnx"}})',
+                "```",
+                "",
+            ]
+            if c.artifacts_dir and Path(c.artifacts_dir, "modules.json").is_file()
+            else []
+        ),
     ]
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
     return str(card)

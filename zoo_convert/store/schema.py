@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The variants a pre-artifact failure (variant NULL) counts as failed in: the default ones.
-# Written out, not read from records.VARIANTS: migration 2 is released and must never change;
-# a job that asked for an opt-in variant (uint8, q4) and failed before making it is failed in
-# fp32 already, and counting it in every opt-in column would charge them with models that never asked.
+# The variants a pre-artifact failure (variant NULL) counts as failed in: the default ones, written
+# out because migration 2 is released and must not change with records.VARIANTS. Counting it in the
+# opt-in columns (uint8, q4) too would charge them with models that never asked for them.
 VARIANT_VALUES = "('fp32'), ('fp16'), ('int8')"
 
 _TABLES = """
