@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,5 +91,3 @@ def external_data(graph: Path) -> list[Path]:
         if entry.key == "location"
     }
     return [graph.parent / n for n in sorted(names)]
-
-
