@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import duckdb
-from _common import build_zoo, machine, spread, verdict, zoo_rows
+from _common import add_zoo_options, machine, verdict, zoo_job_rows
 from bench_zoo import run_farm_cli
 
 TARGET = 2.0
@@ -60,20 +60,13 @@ def per_model(run: Rows) -> dict[str, float]:
 def main() -> int:
     """Run both configurations; print per-model and total verify seconds; exit 1 when the target is missed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=int, help="how many zoo models, evenly spread over the zoo (default: all)")
-    ap.add_argument("--zoo", type=Path, help="an already built zoo (default: build one in a temp folder)")
+    add_zoo_options(ap)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each configuration, alternating")
-    ap.add_argument("--keep", type=Path, help="work here and keep the logs, DBs and artifacts")
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         work = args.keep or Path(tmp)
-        zoo_dir = args.zoo or work / "zoo"
-        if args.zoo is None:
-            build_zoo(zoo_dir)
-        base = spread(zoo_rows(zoo_dir / "manifest.parquet"), args.models)
-        rows = [{**r, "source": str((zoo_dir / r["source"]).resolve())} for r in base]
-        print(f"{len(rows)} models: {' '.join(Path(r['source']).name for r in rows)}", flush=True)
+        rows = zoo_job_rows(args, work)
         runs: dict[str, list[Rows]] = defaultdict(list)
         for i in range(args.repeat):
             order = [(SHORT, ("--no-long-shape",)), (LONG, ())]
