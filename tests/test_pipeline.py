@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -173,6 +175,43 @@ def test_no_optimize_still_makes_and_verifies_every_variant(unoptimized: tuple[C
     assert result.variant("fp16").optimizer["components"]["model"]["source"] == "plain export"
     assert result.variant("fp16").max_abs <= 5e-2 and result.variant("int8").min_cosine >= 0.98
     assert _census(onnx_dir / "model_quantized.onnx")["MatMulInteger"] > 0
+
+
+def test_every_artifact_file_gets_one_mode(zoo_dir: Path, tmp_path: Path) -> None:
+    """onnx writes external data 0600 and a copy kept the checkpoint's mode; the artifacts are 0644 (less the umask)."""
+    ckpt = tmp_path / "bert"
+    shutil.copytree(zoo_dir / "bert", ckpt)
+    (ckpt / "vocab.txt").chmod(0o600)
+    (ckpt / "config.json").chmod(0o755)
+    result = convert_one(
+        ManifestEntry(source=str(ckpt), task="feature-extraction"),
+        Settings(out_dir=str(tmp_path / "out"), external_data_threshold=0, benchmark=False),
+    )
+    assert result.passed, result.message
+    files = [p for p in Path(result.artifacts_dir).rglob("*") if p.is_file()]
+    assert {"model.onnx_data", "model_fp16.onnx_data", "vocab.txt", "config.json"} <= {p.name for p in files}
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert {p.relative_to(tmp_path): oct(p.stat().st_mode & 0o777) for p in files} == {
+        p.relative_to(tmp_path): oct(0o644 & ~umask) for p in files
+    }
+
+
+@pytest.mark.parametrize(("options", "errno_name"), [("size=64k", "No space left"), ("ro", "Read-only file system")])
+def test_a_full_or_read_only_disk_is_a_storage_error_not_the_models(
+    options: str, errno_name: str, zoo_dir: Path, tiny_disk
+) -> None:
+    from zoo_convert.errors import FailureKind
+
+    out = tiny_disk(options)
+    result = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",)),
+        Settings(out_dir=str(out), benchmark=False),
+    )
+    assert (result.failure_kind, result.stage) == ("storage_error", "export"), result.message
+    assert errno_name in result.message
+    kind = FailureKind(result.failure_kind)
+    assert kind.transient and not kind.terminal  # the farm retries it, and the next run redoes it
 
 
 # A real bug of ours induced inside a real conversion: a value our own code then trips over.

@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from zoo_convert.errors import CheckError, ExportError, FailureKind
+from zoo_convert.errors import CheckError, ExportError, FailureKind, UnsafeCheckpointError
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.check import check
@@ -153,3 +153,15 @@ def test_broken_weights_are_export_error(zoo_dir: Path, tmp_path: Path, checkpoi
         export(checkpoint(src, "feature-extraction"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
     assert err.value.kind is FailureKind.EXPORT_ERROR
     assert err.value.message
+
+
+def test_side_files_are_copied_only_from_inside_the_checkpoint(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """export() on a checkpoint fetch never vetted still copies no file from elsewhere."""
+    ckpt_dir = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "bert", ckpt_dir)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for publishing")
+    (ckpt_dir / "merges.txt").symlink_to(secret)
+    with pytest.raises(UnsafeCheckpointError, match=f"side file merges.txt links to {secret}"):
+        export(checkpoint(ckpt_dir, "feature-extraction"), ManifestEntry(source=str(ckpt_dir)), Settings(), tmp_path / "out")
+    assert not any(p.read_bytes() == secret.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())

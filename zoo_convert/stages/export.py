@@ -23,38 +23,20 @@ from typing import Any
 
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, is_our_bug
-from ..records import ManifestEntry, Settings
+from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, shape_kwargs
+from ..sources import side_files
 from . import Checkpoint, Component, ExportedModel
 
-# Files beside the weights that a runtime needs to preprocess inputs or generate.
-_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
-    "tokenizer.model",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "feature_extractor_config.json",
-    "image_processor_config.json",
-    "chat_template.jinja",
-)
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
     """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
+        raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)
@@ -77,7 +59,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if weights > settings.external_data_threshold:
         for comp in components:
             _externalize(comp.path)
-    _copy_side_files(ckpt.path, Path(out_dir))
+    _copy_side_files(sides, Path(out_dir))
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
 
 
@@ -278,11 +260,30 @@ def _externalize(path: Path) -> None:
     onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
 
 
-def _copy_side_files(src: Path, out_dir: Path) -> None:
+def _copy_side_files(sides: list[Path], out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
-    for name in _SIDE_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, out_dir / name)
+    for path in sides:
+        (out_dir / path.name).unlink(missing_ok=True)
+        shutil.copyfile(path, out_dir / path.name)  # the contents only: set_modes gives every artifact one mode
+
+
+def set_modes(out_dir: Path) -> None:
+    """Every artifact file gets mode 0644 less the umask (onnx writes external data 0600, copies kept any mode)."""
+    mode = 0o644 & ~_umask()
+    for path in Path(out_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for other threads meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:

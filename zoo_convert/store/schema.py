@@ -232,6 +232,14 @@ CREATE UNIQUE INDEX runs_name ON runs (name);
 """
 
 
+# The hard timeout a farm job ran under: a timeout is redone when a later run allows longer.
+# The views are made again: DuckDB 1.x keeps a view's column types and refuses a view over
+# ``results.*`` once the table has grown a column ("Contents of view were altered").
+_RESULTS_TIMEOUT = "ALTER TABLE results ADD COLUMN timeout_s DOUBLE;\n" + _VIEWS.replace(
+    "CREATE VIEW", "CREATE OR REPLACE VIEW"
+)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -246,6 +254,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
     Migration(4, "run names", _RUN_NAMES),
+    Migration(5, "results.timeout_s", _RESULTS_TIMEOUT),
 )
 
 SCHEMA_MIGRATIONS = """
