@@ -189,7 +189,7 @@ def _scopes(config: Any) -> Iterator[Any]:
     from transformers import PretrainedConfig
 
     yield config
-    for value in vars(config).values():
+    for value in getattr(config, "__dict__", {}).values():
         if isinstance(value, PretrainedConfig):
             yield from _scopes(value)
 
