@@ -73,7 +73,7 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
 def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32,int8",
-         "--no-optimize", "--no-benchmark"],
+         "--no-optimize", "--no-benchmark", "--no-long-shape"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -86,13 +86,14 @@ def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir:
     record = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert record["variants"][0]["optimizer"]["methods"] == ["none"]
     assert record["variants"][0]["ort_p50_ms"] is None
+    assert {o["shape"] for o in record["variants"][0]["outputs"]} == {"1x7", "3x19"}  # --no-long-shape
 
 
 @pytest.mark.parametrize("command", ["run", "convert"])
 def test_no_optimize_and_no_benchmark_are_listed_in_help(command: str) -> None:
     proc = subprocess.run([EXE, command, "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout
+    assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout and "--no-long-shape" in proc.stdout
     assert "skip the latency measurement" in proc.stdout
 
 

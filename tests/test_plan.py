@@ -22,9 +22,12 @@ def test_the_same_settings_give_the_same_key() -> None:
     assert _key(Settings()) == _key(Settings(out_dir="elsewhere", timeout_s=5.0))
 
 
-@pytest.mark.parametrize("change", [{"optimize": False}, {"benchmark": False}, {"optimize": False, "benchmark": False}])
+@pytest.mark.parametrize(
+    "change", [{"optimize": False}, {"benchmark": False}, {"optimize": False, "benchmark": False}, {"verify_long": False}]
+)
 def test_switching_optimize_or_benchmark_off_changes_the_key(change: dict) -> None:
-    """A --no-benchmark result has no latencies: a default nightly must not take it as its answer."""
+    """A --no-benchmark result has no latencies, a --no-long-shape one never saw a long input:
+    a default nightly must not take either as its answer."""
     default = _key(Settings())
     assert _key(replace(Settings(), **change)) != default
     assert _key(Settings(**change)) == _key(Settings(**change))

@@ -93,6 +93,10 @@ _NO_OPTIMIZE = click.option(
     help="keep the plain export as the fp32 artifact (no graph fusion), like optimum-cli without --optimize",
 )
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
+_NO_LONG_SHAPE = click.option(
+    "--no-long-shape", is_flag=True,
+    help="verify at the two short shapes only, not also at the length the model is used at (README: verify)",
+)
 
 
 # Every Hub request of the command (and of a run's workers) draws from this budget.
@@ -124,6 +128,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_NO_LONG_SHAPE
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
@@ -139,6 +144,7 @@ def convert(
     allow_pickle: bool,
     no_optimize: bool,
     no_benchmark: bool,
+    no_long_shape: bool,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
     as_json: bool,
@@ -166,8 +172,11 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
+    settings = Settings(
+        out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark, verify_long=not no_long_shape
+    )
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
-        result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
+        result = convert_one(entry, settings)
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
@@ -415,6 +424,7 @@ def publish(
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_NO_LONG_SHAPE
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
@@ -435,6 +445,7 @@ def run(
     hf_cache: str | None,
     no_optimize: bool,
     no_benchmark: bool,
+    no_long_shape: bool,
     name: str | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -463,6 +474,7 @@ def run(
         hf_cache=hf_cache,
         optimize=not no_optimize,
         benchmark=not no_benchmark,
+        verify_long=not no_long_shape,
     )
     options = FarmOptions(
         address=address,

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 _PACKAGE = Path(__file__).resolve().parent
 # A message longer than this is cut: the record keeps the traceback in full.
 MESSAGE_LIMIT = 1000
+# How a verify_numerics message starts when only the long verify shape failed: a graph
+# right for short inputs only, apart from a wrong one (``message LIKE 'long inputs only:%'``).
+LONG_INPUTS_ONLY = "long inputs only"
 
 
 class FailureKind(str, Enum):
@@ -185,20 +188,31 @@ class NumericsMismatchError(VerifyError):
         worst: the failing output check with the largest error (output, input shape, numbers).
         tolerance: the variant's pass criteria it missed.
         checks: every output check of the variant, passed or not, for the record.
+        long_only: where it diverged (``1x128 (batch x tokens)``) when every short shape
+            passed and only the long one failed; the message then starts with LONG_INPUTS_ONLY.
     """
 
     kind = FailureKind.VERIFY_NUMERICS
 
-    def __init__(self, *, worst: OutputCheck, tolerance: Tolerance, checks: tuple[OutputCheck, ...]) -> None:
+    def __init__(
+        self,
+        *,
+        worst: OutputCheck,
+        tolerance: Tolerance,
+        checks: tuple[OutputCheck, ...],
+        long_only: str | None = None,
+    ) -> None:
         failed = sum(not c.passed for c in checks)
+        where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
         super().__init__(
-            f"{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
+            f"{where}{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
             f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
             f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
         )
         self.worst = worst
         self.tolerance = tolerance
         self.checks = checks
+        self.long_only = long_only
 
 
 class BenchmarkError(ZooConvertError):

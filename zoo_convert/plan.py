@@ -185,6 +185,7 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         "allow_pickle": entry.allow_pickle,
         "tolerances": {k: asdict(v) for k, v in sorted(settings.tolerances.items())},
         "verify_shapes": settings.verify_shapes,
+        "verify_long": settings.verify_long,
         "providers": settings.providers,
         "external_data_threshold": settings.external_data_threshold,
         # Always present: a --no-benchmark result has no latencies, so a default run must not reuse it.

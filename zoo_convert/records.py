@@ -130,6 +130,8 @@ class Settings:
         tolerances: per-variant pass criteria.
         verify_shapes: (batch, sequence) pairs verification runs at; they differ
             from the exporter's dummy input so the dynamic axes are exercised.
+        verify_long: also verify at one long shape per component, batch 1 at the length
+            the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
         bench_warmup / bench_runs: latency measurement repetitions.
         bench_budget_s: seconds of timed runs per side after which a slow model stops early.
         providers: ONNX Runtime execution providers, in preference order.
@@ -155,6 +157,7 @@ class Settings:
         }
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
+    verify_long: bool = True
     bench_warmup: int = 3
     bench_runs: int = 20
     bench_budget_s: float = 1.0

@@ -24,7 +24,7 @@ from typing import Any
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, is_our_bug
 from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
-from ..runtime import processor_shapes
+from ..runtime import ModuleState, shape_kwargs
 from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
@@ -158,12 +158,13 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     )
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
+    as_loaded = ModuleState(model)
     export_models(
         models_and_onnx_configs=models_and_configs,
         output_dir=onnx_dir,
         opset=opset,
         output_names=subpaths,
-        input_shapes={**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)},
+        input_shapes={**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)},
         device="cpu",
         dtype="fp32",
     )
@@ -177,10 +178,18 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         for name in _UNMERGED:
             onnx_graph.delete(onnx_dir / name)
     components = [
-        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module)
+        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
         for sub, (module, config) in by_file.items()
     ]
     return components, {"exporter": "optimum"}
+
+
+def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
+    """optimum's default dummy shapes as this checkpoint's processor and config have them (filterbank frames)."""
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+
+    batch, seq = DEFAULT_DUMMY_SHAPES["batch_size"], DEFAULT_DUMMY_SHAPES["sequence_length"]
+    return shape_kwargs(ckpt.path, config, batch, seq, DEFAULT_DUMMY_SHAPES["audio_sequence_length"])
 
 
 def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
@@ -215,6 +224,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         for n in names
     }
     path = onnx_dir / "model.onnx"
+    as_loaded = ModuleState(model)
     with torch.no_grad(), config.patch_model_for_export(model):
         program = torch.onnx.export(
             model,
@@ -228,7 +238,8 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             external_data=False,
         )
     program.save(str(path), external_data=False)
-    return [Component(name="model", path=path, onnx_config=config, torch_module=model)], {"exporter": "torch"}
+    component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
+    return [component], {"exporter": "torch"}
 
 
 def _param_bytes(components: list[Component]) -> int:

@@ -2,10 +2,13 @@
 
 Inputs and the PyTorch reference come from :mod:`zoo_convert.runtime`, at every
 ``settings.verify_shapes`` (batch, sequence) pair rather than the export's dummy
-shape, so dynamic axes are exercised. Decoders run with a populated past (past
-length = sequence), and a merged decoder is checked on both of its branches.
-A variant that misses its tolerance raises :class:`NumericsMismatchError`, which
-carries every check for the record.
+shape, so dynamic axes are exercised, and at one long shape: batch 1 at the
+length the model is used at (:mod:`zoo_convert.shapes`), where models that
+compute differently past a length threshold show whether the graph kept the
+long path. Decoders run with a populated past (past length = sequence), and a
+merged decoder is checked on both of its branches. A variant that misses its
+tolerance raises :class:`NumericsMismatchError`, which carries every check for
+the record; one that missed it at the long shape only says so (``long inputs only``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import shapes
 from ..errors import NumericsMismatchError, VerifyError, is_our_bug
 from ..records import OutputCheck, Settings, Tolerance
 from ..runtime import Case, cases, feed_for, session_for
@@ -21,9 +25,6 @@ from . import Artifact, Component, ExportedModel
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
-
-# Raw-audio models see ``sequence * AUDIO_SAMPLES_PER_STEP`` samples at a verify shape.
-AUDIO_SAMPLES_PER_STEP = 1000
 
 
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
@@ -33,19 +34,27 @@ def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> t
         raise VerifyError(f"no tolerance configured for variant {artifact.variant!r}")
     prefix = len(exported.components) > 1
     checks: list[OutputCheck] = []
+    at_long: dict[tuple[str, str], str] = {}  # (output, shape) checked at the long shape -> what its length counts
     for comp in exported.components:
         session = session_for(exported, artifact, comp, settings)
-        for batch, seq in settings.verify_shapes:
-            found = cases(exported, comp, batch, seq, settings, audio_samples=seq * AUDIO_SAMPLES_PER_STEP)
-            for case in found.values():
-                got = _run_ort(session, case, comp)
-                for name, ort_value in got.items():
+        done: set[str] = set()
+        for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
+            found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)
+            # A whisper encoder's long shape is its 30 s window again: checked once.
+            for case in (c for c in found.values() if c.label not in done):
+                done.add(case.label)
+                for name, ort_value in _run_ort(session, case, comp).items():
                     output = f"{comp.name}/{name}" if prefix else name
                     checks.append(compare(output, case.label, case.reference[name], ort_value, tol))
+                    if shape.long:
+                        at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
     failed = [c for c in checks if not c.passed]
     if failed:
         worst = max(failed, key=lambda c: (np.nan_to_num(c.max_abs, nan=np.inf), -c.cosine))
-        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks))
+        long_only = None
+        if all((c.output, c.shape) in at_long for c in failed):
+            long_only = f"{worst.shape} (batch x {at_long[worst.output, worst.shape]})"
+        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks), long_only=long_only)
     return tuple(checks)
 
 
