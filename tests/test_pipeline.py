@@ -95,7 +95,8 @@ def test_minilm_converts_all_variants(minilm_dir: Path, tmp_path: Path) -> None:
     assert result.variant("fp32").max_abs <= 1e-4
     assert result.variant("int8").min_cosine >= 0.98
     onnx_dir = Path(result.artifacts_dir, "onnx")
-    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx"}
+    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx",
+                                                         "model_int8.onnx"}
     assert (Path(result.artifacts_dir) / "tokenizer.json").is_file()
     assert all(v.speedup and v.speedup > 0 for v in result.variants)
 
@@ -171,7 +172,8 @@ def test_no_optimize_still_makes_and_verifies_every_variant(unoptimized: tuple[C
     assert {v.variant: v.status for v in result.variants} == dict.fromkeys(("fp32", "fp16", "int8"), "passed")
     assert sorted(s.details["variant"] for s in result.stages if s.stage == "verify") == ["fp16", "fp32", "int8"]
     onnx_dir = Path(result.artifacts_dir, "onnx")
-    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx"}
+    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx",
+                                                         "model_int8.onnx"}
     assert result.variant("fp16").optimizer["components"]["model"]["source"] == "plain export"
     assert result.variant("fp16").max_abs <= 5e-2 and result.variant("int8").min_cosine >= 0.98
     assert _census(onnx_dir / "model_quantized.onnx")["MatMulInteger"] > 0

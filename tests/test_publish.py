@@ -93,12 +93,24 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
     assert {"onnx/model.onnx", "onnx/model.onnx_data", "onnx/model_quantized.onnx", "config.json",
             "tokenizer.json", "README.md"} <= set(head.files)
     assert "result.json" not in head.files and head.files["onnx/model.onnx_data"].lfs
+    # int8 under both transformers.js names (q8, int8), each graph naming its own data file: the data
+    # is one LFS object, uploaded once.
+    files = head.files
+    assert {"onnx/model_int8.onnx", "onnx/model_int8.onnx_data", "onnx/model_quantized.onnx_data"} <= set(files)
+    assert files["onnx/model_int8.onnx_data"].sha256 == files["onnx/model_quantized.onnx_data"].sha256
+    puts = [path for m, path, _ in world.server.log if m == "PUT" and path.startswith("/lfs/acme/bert-ONNX/")]
+    assert len(puts) == len(set(puts)) and f"/lfs/acme/bert-ONNX/objects/{files['onnx/model_int8.onnx_data'].sha256}" in puts
+    sizes = {p: len(f.content) for p, f in files.items() if p != "README.md" and p != ".gitattributes"}
+    assert pub.uploaded_bytes == sum(sizes.values()) - sizes["onnx/model_int8.onnx_data"] + len(files["README.md"].content)
 
     local = Path(snapshot_download(repo, endpoint=world.server.url, token=TOKEN, cache_dir=tmp_path / "dl"))
     card = ModelCard.load(local / "README.md")
     assert card.data.base_model == SOURCE and card.data.license == "mit"
     assert card.data.pipeline_tag == "fill-mask" and "onnx" in card.data.tags
     assert 'ORTModelForMaskedLM.from_pretrained("acme/bert-ONNX", subfolder="onnx")' in card.text
+    assert "| `'q8'` | `onnx/model_quantized.onnx` | int8:" in card.text
+    assert "| `'int8'` | `onnx/model_int8.onnx` | int8:" in card.text
+    assert "SentenceTransformer" not in card.text  # not a sentence-transformers checkpoint
 
     tokenizer = AutoTokenizer.from_pretrained(local)
     inputs = tokenizer(["the farm converts models", "hello"], padding=True, return_tensors="pt")

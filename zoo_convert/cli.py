@@ -28,7 +28,7 @@ import click
 
 from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
 from .hub_budget import Governor, HubLimits
-from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
+from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -120,7 +120,8 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--revision", help="hub branch, tag or commit sha.")
 @click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
-@click.option("--variants", default=",".join(VARIANTS), show_default=True, help="comma-separated: fp32,fp16,int8")
+@click.option("--variants", default=",".join(DEFAULT_VARIANTS), show_default=True,
+              help=f"comma-separated, of {','.join(VARIANTS)} (uint8 and q4 are opt-in).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
 @click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
               help="let transformers run code shipped with the checkpoint.")

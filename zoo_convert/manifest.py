@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ManifestError
-from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry
+from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry
 from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
 
 SCHEMA = pa.schema(
@@ -254,7 +254,7 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def _expand(row: dict[str, Any], source: str, number: int) -> list[ManifestEntry]:
     opsets = sorted(set(row["opsets"])) if row["opsets"] else [None]
-    variants = tuple(dict.fromkeys(row["variants"])) if row["variants"] else VARIANTS
+    variants = tuple(dict.fromkeys(row["variants"])) if row["variants"] else DEFAULT_VARIANTS
     return [
         ManifestEntry(
             source=source,

@@ -13,6 +13,7 @@ transformers.js and ``ORTModel`` look for. :func:`data_path` is that rule.
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,17 @@ def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     for node in graph.node:
         for _, sub in subgraphs(node):
             yield from graphs(sub)
+
+
+def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Initializers and constant tensors (node attributes) of a graph and of its subgraphs: all that may be external."""
+    for sub in graphs(graph):
+        yield from sub.initializer
+        for node in sub.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
 
 
 def op_census(graph: onnx.GraphProto) -> Counter[str]:
@@ -95,6 +107,34 @@ def move(src: Path, dst: Path, *, external: bool) -> Path:
         data_path(dst).unlink(missing_ok=True)
         os.replace(src, dst)
     return dst
+
+
+def link(src: Path, dst: Path) -> None:
+    """Give a graph a second name without a second copy of its weights: a hard link (a copy where links fail).
+
+    A graph with external data names its data file inside it, and transformers.js in a browser
+    fetches ``<dst>_data`` for ``dst``; so ``dst`` is rewritten (structure only, small) to name
+    its own data file, which is the hard link.
+    """
+    delete(dst)
+    external = data_path(src)
+    if not external.exists():
+        _hardlink(src, dst)
+        return
+    _hardlink(external, data_path(dst))
+    model = load(src)
+    for tensor in tensors(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == external.name:
+                entry.value = data_path(dst).name
+    onnx.save_model(model, str(dst))
+
+
+def _hardlink(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # a file system without hard links (some network mounts)
+        shutil.copyfile(src, dst)
 
 
 def delete(graph: Path) -> None:

@@ -19,9 +19,38 @@ EXPORTERS = ("optimum", "torch")
 # torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
 # tests check it stays inside what torch and onnx know.
 MIN_OPSET, MAX_OPSET = 7, 23
-VARIANTS = ("fp32", "fp16", "int8")
-# Filenames transformers.js and optimum's ORTModel look for under onnx/.
-VARIANT_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_quantized.onnx"}
+# Every variant the farm can make; a manifest row or --variants asks for some of them.
+VARIANTS = ("fp32", "fp16", "int8", "uint8", "q4")
+# What a job makes when it does not say: uint8 and q4 are opt-in (one more quantization,
+# verification and benchmark each, for runtimes that ask for them by name).
+DEFAULT_VARIANTS = ("fp32", "fp16", "int8")
+# transformers.js ``dtype`` -> file name suffix under onnx/ (DEFAULT_DTYPE_SUFFIX_MAPPING in
+# its src/utils/dtypes.js); ``model_quantized.onnx`` is also optimum's ORTQuantizer name.
+JS_SUFFIXES = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8", "uint8": "_uint8", "q4": "_q4"}
+# The dtypes each variant's graph answers to. transformers.js's quantize script writes the same
+# graph for q8 and int8 (QInt8 weights, uint8 dynamic activations) unless the model has a Conv;
+# then q8 gets QUInt8 weights for onnxruntime-web <= 1.20, which had no ConvInteger for int8
+# weights. The onnxruntime-node and -web that transformers.js 4 ships run it, so our int8 is
+# both: written once as ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
+JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint8": ("uint8",), "q4": ("q4",)}
+# 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
+Q4_MIN_COSINE = 0.95
+
+
+def variant_files(component: str, variant: str) -> tuple[str, ...]:
+    """The names one component's graph has in one variant under onnx/, the recorded one first.
+
+    ``variant_files("model", "int8") == ("model_quantized.onnx", "model_int8.onnx")``.
+    """
+    return tuple(f"{component}{JS_SUFFIXES[dtype]}.onnx" for dtype in JS_DTYPES[variant])
+
+
+def variant_of(filename: str) -> str | None:
+    """The variant a graph file under onnx/ belongs to, from its name (``decoder_model_merged_q4.onnx`` -> q4)."""
+    stem = filename.removesuffix(".onnx")
+    by_suffix = {JS_SUFFIXES[d]: v for v, dtypes in JS_DTYPES.items() for d in dtypes}
+    # Longest suffix first: every name ends with fp32's empty one.
+    return next((v for suffix, v in sorted(by_suffix.items(), key=lambda kv: -len(kv[0])) if stem.endswith(suffix)), None)
 
 PASSED = "passed"
 FAILED = "failed"
@@ -67,7 +96,7 @@ class ManifestEntry:
     revision: str | None = None
     opset: int | None = None
     exporter: str = "optimum"
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     timeout_s: float | None = None
     memory_gb: float | None = None
     gpu: bool = False
@@ -123,6 +152,8 @@ class Settings:
             "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999),
             "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999),
             "int8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
+            "uint8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
+            "q4": Tolerance(max_abs=float("inf"), min_cosine=Q4_MIN_COSINE),
         }
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
@@ -187,12 +218,13 @@ class OutputCheck:
 
 @dataclass(frozen=True)
 class VariantResult:
-    """One ONNX artifact (fp32, fp16, int8) and how it verified and ran.
+    """One ONNX artifact (one of VARIANTS) and how it verified and ran.
 
     Attributes:
-        variant: fp32, fp16 or int8.
+        variant: fp32, fp16, int8, uint8 or q4.
         status: passed or failed.
-        file: path relative to the model's artifact folder (``onnx/model.onnx``).
+        file: path relative to the model's artifact folder (``onnx/model.onnx``); the first of the variant's names
+            (int8: ``onnx/model_quantized.onnx``, hard-linked as ``onnx/model_int8.onnx``).
         size_bytes: the .onnx file plus its external data.
         failure_kind / message: why it failed (None when it passed).
         traceback: where it failed, when an exception made it fail (always for ``internal``).
@@ -283,7 +315,7 @@ class ConversionResult:
 
     @property
     def partial(self) -> bool:
-        """Converted, while another variant (fp16, int8) failed."""
+        """Converted, while another variant (fp16, int8, ...) failed."""
         return self.passed and any(v.status != PASSED for v in self.variants)
 
     def variant(self, name: str) -> VariantResult | None:

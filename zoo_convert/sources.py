@@ -10,6 +10,7 @@ regex engine), so the manifest applies it to a whole column at once.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -46,6 +47,9 @@ SIDE_FILES = (
     "image_processor_config.json",
     "chat_template.jinja",
 )
+# sentence-transformers' own files beside a Transformer module saved at the root.
+_ST_ROOT_FILES = ("modules.json", "config_sentence_transformers.json")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
 def is_hub_id(source: str) -> bool:
@@ -68,28 +72,64 @@ def side_files(ckpt_dir: Path) -> list[Path]:
     Each must be a regular file that resolves inside the checkpoint folder, or inside the
     Hub cache folder of the same repo (a snapshot's files are links to its ``blobs/``):
     a ``merges.txt`` linked to any other file on the machine would be copied and published.
+    A sentence-transformers checkpoint adds its module files, found in modules.json once
+    modules.json itself passed.
     """
     root = ckpt_dir.resolve()
     if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
         root = root.parent.parent
-    found = []
-    for name in SIDE_FILES:
-        path = ckpt_dir / name
-        if not os.path.lexists(path):
+    found = [p for name in (*SIDE_FILES, *_ST_ROOT_FILES) if (p := _vetted(ckpt_dir, name, root)) is not None]
+    modules = [name for name in sentence_transformers_files(ckpt_dir)[0] if name not in _ST_ROOT_FILES]
+    return found + [p for name in modules if (p := _vetted(ckpt_dir, name, root)) is not None]
+
+
+def _vetted(ckpt_dir: Path, name: str, root: Path) -> Path | None:
+    """``ckpt_dir / name`` when it is a regular file resolving inside ``root``; None when absent."""
+    path = ckpt_dir / name
+    if not os.path.lexists(path):
+        return None
+    try:
+        target: Path | None = path.resolve()
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, RuntimeError):  # a dangling link, a link loop
+        target, regular = None, False
+    if target is not None and not target.is_relative_to(root):
+        problem = f"links to {target}, outside the checkpoint"
+    elif not regular:
+        problem = "is not a regular file"
+    else:
+        return path
+    raise UnsafeCheckpointError(
+        f"{ckpt_dir}: side file {name} {problem}; only regular files inside the checkpoint are copied to the artifacts"
+    )
+
+
+def sentence_transformers_files(src: Path) -> tuple[list[str], list[str]]:
+    """A sentence-transformers checkpoint's own files to copy, and the module files left behind.
+
+    ``SentenceTransformer(out, backend="onnx")`` runs ``onnx/model.onnx`` as the Transformer
+    module saved at the root and builds every other module in modules.json from its folder:
+    Pooling and Normalize from a config (Normalize has none), Dense and LayerNorm from a config
+    and weights, which it runs in PyTorch. So the folders are copied whole, safetensors weights
+    included, but never pickled weights (we neither load nor republish pickles); a Dense that has
+    only those fails to load rather than silently changing the embeddings. A checkpoint whose
+    one Transformer is not at the root gets nothing: our graph could not stand in for it.
+    """
+    try:
+        modules = json.loads((src / "modules.json").read_text())
+        transformers = [m["path"] for m in modules if m["type"].rsplit(".", 1)[-1] == "Transformer"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return [], []  # not sentence-transformers, or a modules.json it could not load either
+    if transformers not in ([""], ["."]):
+        return [], []
+    files = [n for n in _ST_ROOT_FILES if (src / n).is_file()]
+    files += sorted(p.name for p in src.glob("sentence_*_config.json") if p.is_file())
+    left_out: list[str] = []
+    for module in modules:
+        folder = Path(module["path"])
+        if module["path"] in ("", ".") or folder.is_absolute() or ".." in folder.parts:
             continue
-        try:
-            target: Path | None = path.resolve()
-            regular = stat.S_ISREG(os.stat(path).st_mode)
-        except (OSError, RuntimeError):  # a dangling link, a link loop
-            target, regular = None, False
-        if target is not None and not target.is_relative_to(root):
-            problem = f"links to {target}, outside the checkpoint"
-        elif not regular:
-            problem = "is not a regular file"
-        else:
-            found.append(path)
-            continue
-        raise UnsafeCheckpointError(
-            f"{ckpt_dir}: side file {name} {problem}; only regular files inside the checkpoint are copied to the artifacts"
-        )
-    return found
+        for f in sorted(p for p in (src / folder).rglob("*") if p.is_file()):
+            rel = f.relative_to(src).as_posix()
+            (left_out if f.suffix in _PICKLE_SUFFIXES else files).append(rel)
+    return files, left_out

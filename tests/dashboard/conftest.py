@@ -27,7 +27,7 @@ def real_result(tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("real")
     zoo.build(root / "zoo", only=["bert"])
-    entry = ManifestEntry(source=str(root / "zoo" / "bert"), variants=("fp32", "int8"), opset=17)
+    entry = ManifestEntry(source=str(root / "zoo" / "bert"), variants=("fp32", "int8", "q4"), opset=17)
     return convert_one(entry, Settings(out_dir=str(root / "artifacts"), bench_warmup=1, bench_runs=3))
 
 

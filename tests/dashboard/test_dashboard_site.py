@@ -78,7 +78,7 @@ def test_a_real_pipeline_result_lands_in_every_table(results_db: Path, real_resu
                            " FROM results WHERE job_key = 'k-real-bert' ORDER BY variant").fetchall()
         outputs = con.execute("SELECT count(*) FROM verification WHERE job_key = 'k-real-bert'").fetchone()[0]
         ops = con.execute("SELECT count(*) FROM op_census WHERE job_key = 'k-real-bert'").fetchone()[0]
-    assert [r[0] for r in rows] == ["fp32", "int8"]
+    assert [r[0] for r in rows] == ["fp32", "int8", "q4"]
     assert all(r[2:5] == (17, True, True) for r in rows) and rows[0][5] == real_result.versions["torch"]
     assert rows[0][1] == real_result.variant("fp32").status
     assert outputs >= 4 and ops == len(real_result.op_census) > 3

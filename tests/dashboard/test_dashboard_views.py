@@ -40,7 +40,7 @@ def test_converted_partial_and_failed_are_told_apart(browser: Chrome, site_url: 
     assert cards["models converted (fp32 verified), latest result each"] == "3/7"
     assert cards["partial: converted, a variant failed"] == "1"
     assert cards["not converted"] == "4"
-    assert cards["variants verified (of those made)"] == "11/14"  # the real bert made fp32 and int8 only
+    assert cards["variants verified (of those made)"] == "12/15"  # the real bert made fp32, int8 and q4 only
     _select(browser, "#f-status", "partial")
     assert _column(browser, "model") == ["zoo/wavlm-f"] and _column(browser, "status") == ["partial"]
     _select(browser, "#f-status", "failed")
@@ -144,6 +144,21 @@ def test_the_matrix_has_a_task_column(browser: Chrome, site_url: str) -> None:
     assert header[:3] == ["model type", "task", "opset"]
     bert = browser.eval("[...document.querySelectorAll('#matrix tbody tr')].map(tr => tr.cells[1].textContent)")
     assert set(bert) == {"feature-extraction", "fill-mask"}
+
+
+def test_an_opt_in_variant_gets_its_column_once_made(browser: Chrome, site_url: str, real_result) -> None:
+    """Only the real bert asked for q4: the matrix, the model table and its drill-down show it."""
+    _open_at(browser, site_url + _hash(real_result.source, 17))
+    browser.wait_for("document.querySelectorAll('#drill h3').length >= 4")
+    header = browser.eval("[...document.querySelectorAll('#matrix th')].map(th => th.textContent)")
+    assert header[3:] == ["fp32", "fp16", "int8", "q4"]  # uint8: nobody made it, no column
+    cells = browser.eval("[...document.querySelectorAll('#matrix tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))")
+    assert sorted(row[-1] for row in cells if row[-1]) == ["1/1"]
+    models_header = browser.eval("[...document.querySelectorAll('#models thead th')].map(th => th.textContent)")
+    assert "q4" in [h.rstrip(" ▲▼") for h in models_header]
+    drill = browser.eval("document.querySelector('#drill').innerText")
+    assert "\tcos ≥ 0.95\t" in drill  # q4's own tolerance, from the run's settings
+    assert real_result.variant("q4").status == "passed"
 
 
 def test_regressions_say_what_changed(browser: Chrome, site_url: str) -> None:

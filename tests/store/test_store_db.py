@@ -38,6 +38,40 @@ def test_fresh_file_gets_every_migration_once(tmp_path: Path) -> None:
     assert [v for (v,) in versions] == list(range(1, LATEST_VERSION + 1))
 
 
+# sha256 of each released migration's SQL: a migration applied to a DB is never edited, only appended to.
+RELEASED = {
+    1: "5d3b497257dc2455b66b43410a3e60cfe1e0ba85dd1f27621d4a57769bd1ae31",
+    2: "eb9ec617cbc8c69254236794a624bc210b27b1c52571238055bc044fb44539d8",
+    3: "343fd15ca31ce94b4f233288bc9a0d90f66fa24c8e81f7f52bdf340f6c35c144",
+    4: "eb1948989d46f71817568efc41d3fbf66bfcd6163d1ff938f19038c35073b149",
+    5: "f12db486bc5573f5653a1997fec8b6a5782f7cd45ee079eeb7b40ee0081ce7ea",
+}
+
+
+def test_released_migrations_never_change() -> None:
+    """Migration 2's views once read records.VARIANTS: a new variant must not rewrite them."""
+    import hashlib
+
+    from zoo_convert.store.schema import MIGRATIONS
+
+    got = {m.version: hashlib.sha256(m.sql.encode()).hexdigest() for m in MIGRATIONS if m.version in RELEASED}
+    assert got == RELEASED
+
+
+def test_a_pre_artifact_failure_counts_in_the_default_variants_only(tmp_path: Path) -> None:
+    from zoo_convert.records import ConversionResult, VariantResult
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record("r", "broken", ConversionResult(source="zoo/broken", status="failed", model_type="bert",
+                                                  failure_kind="export_error", stage="export", message="no"))
+    store.record("r", "q4", ConversionResult(source="zoo/q4", status="passed", model_type="bert", variants=(
+        VariantResult("fp32", "passed"), VariantResult("q4", "passed"))))
+    store.finish_run("r")
+    got = rows(store, "SELECT variant, models, passed FROM compat_matrix ORDER BY variant")
+    assert got == [("fp16", 1, 0), ("fp32", 2, 1), ("int8", 1, 0), ("q4", 1, 1)]
+
+
 def test_read_only_needs_an_existing_db(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no results database"):
         ResultStore(tmp_path / "missing.duckdb", read_only=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from ..records import VARIANTS
 from ..store.queries import regression_rows
 
 MODEL_CAP = 2000
@@ -142,13 +143,14 @@ QUERIES: dict[str, str] = {
 }
 
 HISTORY_RUNS = 10
+_STATUS_PER_VARIANT = ",\n".join(f"any_value(r.status) FILTER (WHERE r.variant = '{v}') AS {v}" for v in VARIANTS)
 
 DETAIL_QUERIES: dict[str, str] = {
-    "detail_variants": """
+    "detail_variants": f"""
         SELECT m.id, r.variant, r.status, r.failure_kind, r.stage, r.message, r.max_abs, r.max_rel, r.min_cosine,
             r.ort_p50_ms, r.ort_p90_ms, r.torch_p50_ms, r.torch_p90_ms, r.speedup, r.size_bytes,
             r.verify_s, r.benchmark_s, left(r.traceback, 4000) AS traceback
-        FROM dash_models m JOIN results r USING (job_seq) ORDER BY m.id, list_position(['fp32', 'fp16', 'int8'], r.variant)
+        FROM dash_models m JOIN results r USING (job_seq) ORDER BY m.id, list_position({list(VARIANTS)}, r.variant)
     """,
     "detail_outputs": """
         SELECT m.id, v.variant, v.output, v.shape, v.max_abs, v.max_rel, v.cosine, v.n_nan, v.n_inf, v.passed
@@ -173,10 +175,8 @@ DETAIL_QUERIES: dict[str, str] = {
             SELECT m.id, r.job_seq, any_value(coalesce(runs.name, r.run_id)) AS run,
                 any_value(strftime(runs.started_at, '%Y-%m-%d %H:%M')) AS started_at,
                 any_value(r.job_status) AS job_status, any_value(r.resolved_revision) AS resolved_revision,
-                -- three FILTERs: a map_from_entries(list(...)) per job costs 7x as much
-                any_value(r.status) FILTER (WHERE r.variant = 'fp32') AS fp32,
-                any_value(r.status) FILTER (WHERE r.variant = 'fp16') AS fp16,
-                any_value(r.status) FILTER (WHERE r.variant = 'int8') AS int8,
+                -- one FILTER per variant: a map_from_entries(list(...)) per job costs 7x as much
+                {_STATUS_PER_VARIANT},
                 any_value(r.max_abs) FILTER (WHERE r.variant = 'fp32') AS max_abs,
                 any_value(r.ort_p50_ms) FILTER (WHERE r.variant = 'fp32') AS ort_p50_ms,
                 any_value(r.failure_kind) AS failure_kind
@@ -224,6 +224,7 @@ def collect(con: Con, timer: Callable[[str, float], None] | None = None) -> dict
     data["headline"] = data["headline"][0]
     data["model_count"] = next(iter(data["model_count"][0].values()))
     data["model_cap"] = MODEL_CAP
+    data["variants"] = list(VARIANTS)
     return data
 
 

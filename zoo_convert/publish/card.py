@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..records import PASSED
+from ..records import JS_DTYPES, JS_SUFFIXES, PASSED
 from ..sources import is_local
 from .candidates import Candidate
 from .hub import DEFAULT_ENDPOINT
@@ -49,8 +49,14 @@ ORT_CLASSES = {
     "audio-classification": "ORTModelForAudioClassification",
     "automatic-speech-recognition": "ORTModelForSpeechSeq2Seq",
 }
-# transformers.js ``dtype`` option that selects each variant's file.
-JS_DTYPES = {"fp32": "fp32", "fp16": "fp16", "int8": "q8"}
+# What each variant is, for the card's dtype table.
+VARIANT_NOTES = {
+    "fp32": "float32, graph-optimized",
+    "fp16": "float16 weights and compute, float32 inputs and outputs",
+    "int8": "8-bit dynamic quantization: int8 weights per channel, uint8 activations",
+    "uint8": "8-bit dynamic quantization: uint8 weights per channel, uint8 activations",
+    "q4": "4-bit weight-only quantization of the MatMuls (MatMulNBits, blocks of 32)",
+}
 
 
 def model_card(
@@ -86,7 +92,7 @@ def model_card(
     )
     in_repo = set(variants) if variants is not None else {v.variant for v in c.variants if v.status == PASSED}
     published = [v for v in c.variants if v.variant in in_repo]
-    dtypes = [JS_DTYPES[v.variant] for v in published if v.variant in JS_DTYPES] or ["fp32"]
+    dtypes = [d for v in published for d in JS_DTYPES.get(v.variant, ())] or ["fp32"]
     lines = [
         f"# {name}",
         "",
@@ -129,13 +135,47 @@ def model_card(
         "```js",
         "import { pipeline } from '@huggingface/transformers';",
         "",
-        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});"
-        + (f"  // or {', '.join(repr(d) for d in dtypes[1:])}" if dtypes[1:] else ""),
+        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
         "```",
         "",
+        "| `dtype` | file | variant |",
+        "|---|---|---|",
+        *(
+            f"| `'{d}'` | `{_named(v.file, v.variant, d)}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
+            for v in published
+            if v.file
+            for d in JS_DTYPES.get(v.variant, ())
+        ),
+        "",
+        *(
+            [f"`'{shared[0]}'` and `'{shared[1]}'` load the same graph: one file under two names.", ""]
+            if (shared := next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None))
+            else []
+        ),
+        *(
+            [
+                "With [sentence-transformers](https://sbert.net) (its modules are in the repo):",
+                "",
+                "```python",
+                "from sentence_transformers import SentenceTransformer",
+                "",
+                f'model = SentenceTransformer("{repo_id}", backend="onnx", model_kwargs={{"file_name": "onnx/model.onnx"}})',
+                "```",
+                "",
+            ]
+            if c.artifacts_dir and Path(c.artifacts_dir, "modules.json").is_file()
+            else []
+        ),
     ]
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
     return str(card)
+
+
+def _named(file: str, variant: str, dtype: str) -> str:
+    """The recorded file of a variant (``onnx/model_quantized.onnx``) under another dtype's name (``onnx/model_int8.onnx``)."""
+    path = Path(file)
+    stem = path.name.removesuffix(".onnx").removesuffix(JS_SUFFIXES[JS_DTYPES[variant][0]])
+    return (path.parent / f"{stem}{JS_SUFFIXES[dtype]}.onnx").as_posix()
 
 
 def _mb(n: int | None) -> str:

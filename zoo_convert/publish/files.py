@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import PublishError
-from ..records import PASSED, VARIANT_FILES
+from ..records import PASSED, variant_of
 from .candidates import Candidate
 
 # Files written beside onnx/ that are records of ours, not part of the model.
@@ -53,11 +52,19 @@ def hash_file(path: Path) -> LocalFile:
 
 
 def repo_files(c: Candidate, *, include_failed: bool = False) -> dict[str, Path]:
-    """Path in repo -> local file: the side files and the ONNX graphs (+ external data) of published variants."""
+    """Path in repo -> local file: the side files (sentence-transformers module folders too) and the ONNX
+    graphs (+ external data) of published variants, under every name transformers.js knows them by."""
     if not c.artifacts_dir or not Path(c.artifacts_dir, "onnx").is_dir():
         raise PublishError(f"{c.source}: no onnx/ folder under {c.artifacts_dir!r}")
     root = Path(c.artifacts_dir)
-    files = {p.name: p for p in sorted(root.iterdir()) if p.is_file() and p.name not in _PRIVATE_FILES}
+    files = {
+        rel: p
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and (rel := p.relative_to(root).as_posix()) not in _PRIVATE_FILES
+        and not rel.startswith("onnx/")
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    }
     wanted = {v.variant for v in c.variants if v.status == PASSED or include_failed}
     for graph in sorted((root / "onnx").glob("*.onnx")):
         if variant_of(graph.name) not in wanted:
@@ -69,38 +76,18 @@ def repo_files(c: Candidate, *, include_failed: bool = False) -> dict[str, Path]
     return files
 
 
-def variant_of(filename: str) -> str | None:
-    """fp32 / fp16 / int8 from the transformers.js file naming (``*_fp16.onnx``, ``*_quantized.onnx``)."""
-    suffixes = {v: f.removeprefix("model").removesuffix(".onnx") for v, f in VARIANT_FILES.items()}
-    stem = filename.removesuffix(".onnx")
-    for variant, suffix in sorted(suffixes.items(), key=lambda kv: -len(kv[1])):
-        if stem.endswith(suffix):
-            return variant
-    return None
-
-
 def external_data(graph: Path) -> list[Path]:
     """The external data files an ONNX graph references (read from the graph, not guessed)."""
     import onnx
 
+    from .. import onnx_graph  # onnx is for the workers; publishing imports it only here
+
     model = onnx.load(str(graph), load_external_data=False)
     names = {
         entry.value
-        for tensor in _tensors(model.graph)
+        for tensor in onnx_graph.tensors(model.graph)
         if tensor.data_location == onnx.TensorProto.EXTERNAL
         for entry in tensor.external_data
         if entry.key == "location"
     }
     return [graph.parent / n for n in sorted(names)]
-
-
-def _tensors(graph: Any) -> Iterator[Any]:
-    """Initializers and constant tensors of a graph and of its subgraphs (If / Loop / Scan bodies)."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _tensors(sub)

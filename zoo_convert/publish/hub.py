@@ -120,6 +120,15 @@ class HubClient:
                 time.sleep(wait)
 
     def _commit(self, repo_id: str, operations: list[Any], message: str, parent: str | None) -> str:
+        from huggingface_hub import CommitOperationAdd
+
+        # The client asks the LFS batch endpoint about every addition at once, so a file added
+        # under two names (model_quantized.onnx = model_int8.onnx) would be uploaded twice. Upload
+        # one of each content first: the commit then finds the others' content already there.
+        adds = [op for op in operations if isinstance(op, CommitOperationAdd)]
+        firsts = {op.upload_info.sha256: op for op in reversed(adds)}
+        if len(firsts) < len(adds):  # preupload skips what an earlier attempt uploaded
+            self.api.preupload_lfs_files(repo_id, list(firsts.values()))
         try:
             return str(self.api.create_commit(repo_id, operations, commit_message=message, parent_commit=parent).oid)
         except ValueError as exc:

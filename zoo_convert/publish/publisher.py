@@ -18,10 +18,11 @@ from enum import Enum
 from typing import Any
 
 from ..errors import PublishError, UsageError
+from ..records import variant_of
 from ..store import ResultStore, queries
 from .candidates import Candidate, load_candidates
 from .card import model_card
-from .files import hash_file, repo_files, variant_of
+from .files import hash_file, repo_files
 from .hub import HubClient
 
 log = logging.getLogger(__name__)
@@ -215,7 +216,10 @@ def _publish(client: HubClient, c: Candidate, options: PublishOptions, base: Pub
         source_license = client.license_of(c.source, c.resolved_revision, c.artifacts_dir)
         card = model_card(c, repo_id, variants={v for v in variants if v}, endpoint=options.endpoint,
                           license=source_license).encode()
-        sent = sum(local[p].size for p in changed) + len(card)
+        # A second name of the same graph (model_int8.onnx = model_quantized.onnx) is no second upload.
+        remote_lfs = {r.lfs.sha256 for r in remote.values() if r is not None and r.lfs is not None}
+        sent = sum({local[p].sha256: local[p].size for p in changed if local[p].sha256 not in remote_lfs}.values())
+        sent += len(card)
         if options.dry_run:
             return replace(base, status=PublicationStatus.DRY_RUN, commit_sha=head, files=n_files,
                            uploaded_files=len(changed) + 1, uploaded_bytes=sent,

@@ -3,7 +3,7 @@
     fetch     ManifestEntry            -> Checkpoint
     export    Checkpoint               -> ExportedModel      (onnx/model.onnx, ...)
     check     ExportedModel            -> details            (onnx.checker + shape inference)
-    optimize  ExportedModel            -> {variant: Artifact} (fp32 optimized, fp16, int8)
+    optimize  ExportedModel            -> {variant: Artifact} (fp32 optimized, fp16, int8, uint8, q4)
     verify    ExportedModel, Artifact  -> (OutputCheck, ...)  (ORT vs PyTorch at >= 2 shapes)
     benchmark ExportedModel, Artifact  -> Latency            (ORT and PyTorch eager p50/p90)
 
@@ -102,7 +102,7 @@ class Artifact:
     """One variant's ONNX files, one per component.
 
     Attributes:
-        variant: fp32, fp16 or int8.
+        variant: one of records.VARIANTS.
         files: component name -> path of that component's graph in this variant.
         details: how it was made (fusion statistics, ``fusion_applied``, quantization mode);
             ``error`` and ``failure_kind`` when it could not be made.

@@ -25,7 +25,7 @@ from .. import onnx_graph
 from ..errors import ExportError, FailureKind, is_our_bug
 from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, shape_kwargs
-from ..sources import side_files
+from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
@@ -59,7 +59,10 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if weights > settings.external_data_threshold:
         for comp in components:
             _externalize(comp.path)
-    _copy_side_files(sides, Path(out_dir))
+    _copy_side_files(ckpt.path, sides, Path(out_dir))
+    modules, left_out = sentence_transformers_files(ckpt.path)
+    if modules:
+        details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
 
 
@@ -260,11 +263,13 @@ def _externalize(path: Path) -> None:
     onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
 
 
-def _copy_side_files(sides: list[Path], out_dir: Path) -> None:
+def _copy_side_files(src: Path, sides: list[Path], out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
     for path in sides:
-        (out_dir / path.name).unlink(missing_ok=True)
-        shutil.copyfile(path, out_dir / path.name)  # the contents only: set_modes gives every artifact one mode
+        dest = out_dir / path.relative_to(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)  # sentence-transformers module folders
+        dest.unlink(missing_ok=True)
+        shutil.copyfile(path, dest)  # the contents only: set_modes gives every artifact one mode
 
 
 def set_modes(out_dir: Path) -> None:

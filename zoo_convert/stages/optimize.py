@@ -1,4 +1,4 @@
-"""The optimize stage: fp32 optimized, fp16 and int8 variants of every exported graph.
+"""The optimize stage: fp32 optimized, fp16, int8, uint8 and q4 variants of every exported graph.
 
 Per component, in this order (it matters):
 
@@ -6,6 +6,9 @@ Per component, in this order (it matters):
          a graph already run through the transformers optimizer. Convs whose weight is
          computed (weight norm: wav2vec2's positional conv) stay float32, and so do the
          MatMuls that read a GELU's output (FFN down-projections): see ``_GELU_OPS``.
+         uint8 is the same with QUInt8 weights.
+   q4    4-bit block-wise weight-only quantization of the plain export's MatMuls
+         (``MatMulNBits``), as transformers.js's ``q4``: see :func:`_q4`.
 2. fp32  the onnxruntime transformers optimizer where the model type maps to one of
          its fusers; else, or when it fused nothing, broke the graph or changed its
          outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
@@ -15,6 +18,10 @@ Per component, in this order (it matters):
          ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
          or with ``--no-optimize``, the plain export converted the same way.
 4. the optimized fp32 graph replaces ``<component>.onnx``.
+
+Each variant's graph is written under its transformers.js name and hard-linked under the
+other names the same graph answers to (int8: ``model_quantized.onnx`` = ``model_int8.onnx``;
+:data:`~zoo_convert.records.JS_DTYPES`), so a second name costs no disk.
 
 Every candidate is written to a scratch folder and checked against the plain export
 in ONNX Runtime on generated inputs before it is moved into ``onnx/``; fp16 and int8
@@ -26,12 +33,14 @@ the others are measured against, raises :class:`OptimizeError`.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +49,7 @@ import onnx
 
 from .. import onnx_graph
 from ..errors import FailureKind, OptimizeError, first_line, is_our_bug, storage_fault
-from ..records import VARIANT_FILES, Settings
+from ..records import Settings, variant_files
 from ..runtime import ort_session
 from . import Artifact, Component, ExportedModel
 
@@ -72,7 +81,6 @@ FUSION_TYPES = {
     "whisper": "bart",
     "xlm-roberta": "bert",
 }
-_SUFFIX = {"fp32": "", "fp16": "_fp16", "int8": "_quantized"}
 # Contrib ops the fusers emit; fusion applied when the optimized graph has more of them.
 _FUSED_OPS = (
     "Attention",
@@ -100,9 +108,7 @@ _FUSED_OPS = (
 
 def variant_file(component: str, variant: str) -> str:
     """File name of one component's graph in one variant (``encoder_model_fp16.onnx``)."""
-    if component == "model":
-        return VARIANT_FILES[variant]
-    return f"{component}{_SUFFIX[variant]}.onnx"
+    return variant_files(component, variant)[0]
 
 
 def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Settings) -> dict[str, Artifact]:
@@ -126,6 +132,9 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
         if "error" in art.details:
             _discard(art)
         _summarize(art)
+        for component, path in art.files.items():
+            for alias in variant_files(component, art.variant)[1:]:
+                onnx_graph.link(path, path.with_name(alias))
     return artifacts
 
 
@@ -147,8 +156,11 @@ def _component(
     work.mkdir()
     final = {v: plain.with_name(variant_file(component.name, v)) for v in variants}
 
-    if "int8" in variants:
-        made["int8"] = _guarded(lambda: _int8(plain, work / "int8.onnx", external))
+    for variant in ("int8", "uint8"):
+        if variant in variants:
+            made[variant] = _guarded(functools.partial(_int8, plain, work / f"{variant}.onnx", external, variant))
+    if "q4" in variants:
+        made["q4"] = _guarded(lambda: _q4(plain, work / "q4.onnx", external))
     if "fp32" in variants or "fp16" in variants:
         t0 = time.perf_counter()
         try:
@@ -187,10 +199,14 @@ def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | No
     return path, details
 
 
-def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
-    """Dynamic int8 quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor)."""
+def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tuple[Path, dict[str, Any]]:
+    """Dynamic 8-bit quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor).
+
+    int8 has signed weights, uint8 unsigned ones; activations are uint8 in both (dynamic quantization has no other).
+    """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    weight_type = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[variant]
     graph = onnx_graph.load(plain).graph
     computed = _computed_weight_convs(graph)
     post_gelu = _post_gelu_matmuls(graph)
@@ -198,7 +214,7 @@ def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]
         plain,
         out,
         per_channel=True,
-        weight_type=QuantType.QInt8,
+        weight_type=weight_type,
         nodes_to_exclude=computed + post_gelu,
         use_external_data_format=external,
         # Merged decoders keep their layers inside If branches.
@@ -212,11 +228,69 @@ def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]
     details: dict[str, Any] = {
         "quantization": "dynamic",
         "per_channel": True,
-        "weight_type": "QInt8",
+        "weight_type": weight_type.name,
         "quantized_ops": quantized,
         "float32_matmuls": len(post_gelu),
     }
     return out, {**details, "float32_convs": computed} if computed else details
+
+
+# transformers.js's q4 (its scripts/quantize.py): symmetric blocks of 32 weights, ORT's default accuracy level.
+Q4_BLOCK_SIZE = 32
+
+
+def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
+    """4-bit weight-only quantization of the plain export's MatMuls with a constant weight (``MatMulNBits``).
+
+    Weight-only: activations stay float32, so the GELU exclusion of int8 does not apply. The
+    plain export, not the fused one: the fusers fold the Q/K/V MatMuls into Attention nodes,
+    which MatMulNBits cannot reach. Gather (embeddings), Gemm and Conv weights stay float32.
+    """
+    with _quiet_root(), _quiet(_NBITS_MODULE):  # it logs every node it visits at INFO
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(plain)), bits=4, block_size=Q4_BLOCK_SIZE, is_symmetric=True)
+        quantizer.process()
+    onnx_graph.save(quantizer.model.model, out, external=external)
+    census = _census(out)
+    if not census["MatMulNBits"]:
+        raise OptimizeError("MatMulNBits quantized no MatMul (none has a constant weight)")
+    _load(out)
+    return out, {
+        "quantization": "weight-only",
+        "bits": 4,
+        "block_size": Q4_BLOCK_SIZE,
+        "symmetric": True,
+        "quantized_ops": {"MatMulNBits": census["MatMulNBits"]},
+        "float32_matmuls": census["MatMul"],
+    }
+
+
+_NBITS_MODULE = "onnxruntime.quantization.matmul_nbits_quantizer"
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Hold a library logger at WARNING or above for a while (its INFO lines would flood the job's log)."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(max(logging.WARNING, log.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet_root() -> Iterator[None]:
+    """Undo what importing the MatMulNBits quantizer does to the whole process: ``logging.basicConfig(level=INFO)``."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def _computed_weight_convs(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> list[str]:
@@ -585,7 +659,9 @@ def _summarize(art: Artifact) -> None:
         art.details["fusion_applied"] = any(p.get("fusion_applied") for p in parts)
         art.details["fused_ops"] = dict(sum((Counter(p.get("fused_ops", {})) for p in parts), Counter()))
         art.details["methods"] = sorted({p["method"] for p in parts if "method" in p})
-    if art.variant == "int8":
-        art.details["quantization"] = "dynamic QInt8 per-channel"
+    if art.variant in ("int8", "uint8"):
+        art.details["quantization"] = f"dynamic {'QInt8' if art.variant == 'int8' else 'QUInt8'} per-channel"
+    if art.variant == "q4":
+        art.details["quantization"] = f"weight-only 4-bit MatMulNBits, symmetric blocks of {Q4_BLOCK_SIZE}"
     if "error" in art.details:
         art.details.setdefault("failure_kind", FailureKind.OPTIMIZE_ERROR.value)

@@ -3,7 +3,8 @@
 // The data is a JSON island, not code: no string in it can be read as markup or script.
 const DATA = JSON.parse(document.getElementById("zoo-data").textContent);
 const ZOO = { loaded: {}, waiting: {} };
-const VARIANTS = ["fp32", "fp16", "int8"];
+// Every variant some latest result has, in the farm's order (records.VARIANTS): opt-in ones appear once made.
+const VARIANTS = DATA.variants.filter((v) => DATA.matrix.some((m) => m.variant === v));
 // A model is passed (every variant verified), partial (converted: fp32 verified, another variant failed)
 // or failed (not converted); sorting by status puts the worst first.
 const STATUS_ORDER = { failed: 0, partial: 1, passed: 2 };
@@ -51,7 +52,6 @@ function renderHeadline() {
 }
 
 function renderMatrix() {
-  const variants = VARIANTS.filter((v) => DATA.matrix.some((m) => m.variant === v));
   const rows = new Map();
   for (const m of DATA.matrix) {
     const key = JSON.stringify([m.model_type, m.task, m.opset]);
@@ -59,10 +59,10 @@ function renderMatrix() {
     rows.get(key).cells[m.variant] = m;
   }
   if (!rows.size) { $("#matrix").innerHTML = '<p class="empty-note">no results yet</p>'; return; }
-  let html = `<table class="heat"><thead><tr><th>model type</th><th>task</th><th>opset</th>${variants.map((v) => `<th>${v}</th>`).join("")}</tr></thead><tbody>`;
+  let html = `<table class="heat"><thead><tr><th>model type</th><th>task</th><th>opset</th>${VARIANTS.map((v) => `<th>${v}</th>`).join("")}</tr></thead><tbody>`;
   for (const r of rows.values()) {
     html += `<tr><td>${esc(r.model_type)}</td><td>${esc(r.task ?? "–")}</td><td class="num">${esc(r.opset)}</td>`;
-    for (const v of variants) {
+    for (const v of VARIANTS) {
       const c = r.cells[v];
       html += c
         ? `<td class="cell" style="background:${heat(c.pass_rate)}" title="${esc(c.failure_kinds.filter(Boolean).join(", "))}">${c.passed}/${c.models}</td>`
@@ -116,7 +116,7 @@ function svgHist(rows, binLabel) {
   if (!rows.length) return '<p class="empty-note">no data</p>';
   const bins = [...new Set(rows.map((r) => r.bin))].sort((a, b) => a - b);
   const variants = VARIANTS.filter((v) => rows.some((r) => r.variant === v));
-  const colors = { fp32: "#0969da", fp16: "#8250df", int8: "#bf8700" };
+  const colors = { fp32: "#0969da", fp16: "#8250df", int8: "#bf8700", uint8: "#1a7f37", q4: "#cf222e" };
   const width = 360, height = 170, pad = 24, w = width - 2 * pad, h = height - 2 * pad - 10;
   const max = Math.max(...rows.map((r) => r.n));
   const bw = w / bins.length, sub = bw / variants.length;
