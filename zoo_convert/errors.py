@@ -148,16 +148,19 @@ class NumericsMismatchError(VerifyError):
         worst: the failing output check with the largest error (output, input shape, numbers).
         tolerance: the variant's pass criteria it missed.
         checks: every output check of the variant, passed or not, for the record.
+        note: appended to the message: why the variant could not meet it, where that is known.
     """
 
     kind = FailureKind.VERIFY_NUMERICS
 
-    def __init__(self, *, worst: OutputCheck, tolerance: Tolerance, checks: tuple[OutputCheck, ...]) -> None:
+    def __init__(
+        self, *, worst: OutputCheck, tolerance: Tolerance, checks: tuple[OutputCheck, ...], note: str = ""
+    ) -> None:
         failed = sum(not c.passed for c in checks)
         super().__init__(
             f"{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
             f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
-            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
+            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}{note}"
         )
         self.worst = worst
         self.tolerance = tolerance

@@ -179,7 +179,8 @@ class ResultStore:
             counts = con.execute(
                 "SELECT count(DISTINCT job_key),"
                 " count(DISTINCT job_key) FILTER (WHERE job_status = 'passed'),"
-                " count(DISTINCT job_key) FILTER (WHERE job_status <> 'passed')"
+                # an inconclusive job is neither: n_jobs - n_passed - n_failed of them
+                " count(DISTINCT job_key) FILTER (WHERE job_status NOT IN ('passed', 'inconclusive'))"
                 " FROM results WHERE run_id = ?",
                 [run_id],
             ).fetchone()
@@ -202,11 +203,15 @@ class ResultStore:
             _insert(con, "publications", [{**row, "published_at": now + timedelta(microseconds=i)} for i, row in enumerate(rows)])
 
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
-        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed."""
+        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed.
+
+        An inconclusive result is not a failure to retry: the same checkpoint, settings and toolchain
+        (what the key is made of) give the same reference again, so only ``--force`` redoes it.
+        """
         with self.connect() as con:
             rows = con.execute(
                 "SELECT job_key FROM results GROUP BY job_key"
-                " HAVING ? OR arg_max(job_status, job_seq) = 'passed'",
+                " HAVING ? OR arg_max(job_status, job_seq) IN ('passed', 'inconclusive')",
                 [include_failed],
             ).fetchall()
         return {k for (k,) in rows}
