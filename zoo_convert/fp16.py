@@ -64,8 +64,19 @@ def unshadow_branches(graph: onnx.GraphProto) -> None:
             made = {o for n in sub.node for o in n.output if o}
             made |= {t.name for t in sub.initializer} | {i.name for i in sub.input}
             _rename(sub, {name: prefix + name for name in made})
+            # Node names too, unique within the branch (the block list is by name; optimum's merge
+            # names a Constant it adds like one already there).
+            taken = {n.name for n in sub.node}
+            seen: set[str] = set()
             for i, n in enumerate(sub.node):
-                n.name = prefix + (n.name or f"{n.op_type}_{i}")
+                if not n.name or n.name in seen:
+                    base = n.name or f"{n.op_type}_{i}"
+                    n.name = base
+                    while n.name in taken:
+                        n.name += "_"
+                    taken.add(n.name)
+                seen.add(n.name)
+                n.name = prefix + n.name
             producers = {o: n for n in sub.node for o in n.output}
             for out in sub.output:
                 producer = producers.get(out.name)

@@ -261,7 +261,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     _, parts = _submodels(ckpt, model, task)
     if len(parts) != 1:
         raise ExportError(
-            f"the torch exporter exports one graph; {ckpt.model_type} for task {task!r} is {len(parts)} "
+            f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "
             f"({', '.join(parts)}): use exporter optimum",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
