@@ -116,6 +116,21 @@ _SPEECH = dict(
     num_conv_pos_embedding_groups=2,
 )
 _TINY_RESNET = dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
+# DETR-style detectors: a resnet backbone, then a transformer encoder and decoder over object queries.
+_DETR = dict(
+    use_timm_backbone=False,
+    use_pretrained_backbone=False,
+    backbone=None,
+    backbone_config={"model_type": "resnet", **_TINY_RESNET, "out_features": ["stage2"]},
+    d_model=32,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    num_queries=8,
+)
 
 ZOO: tuple[ZooModel, ...] = (
     # text encoders
@@ -358,20 +373,7 @@ ZOO: tuple[ZooModel, ...] = (
         "vision",
         "object-detection",
         "detr",
-        dict(
-            use_timm_backbone=False,
-            use_pretrained_backbone=False,
-            backbone=None,
-            backbone_config={"model_type": "resnet", **_TINY_RESNET, "out_features": ["stage2"]},
-            d_model=32,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            num_queries=8,
-        ),
+        _DETR,
         processor="detr",
     ),
     ZooModel(
@@ -484,20 +486,7 @@ ZOO: tuple[ZooModel, ...] = (
         "vision",
         "object-detection",
         "table-transformer",
-        dict(
-            use_timm_backbone=False,
-            use_pretrained_backbone=False,
-            backbone=None,
-            backbone_config={"model_type": "resnet", **_TINY_RESNET, "out_features": ["stage2"]},
-            d_model=32,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            num_queries=8,
-        ),
+        _DETR,
         processor="detr",
         exporter="torch",
     ),
