@@ -181,7 +181,8 @@ def main() -> int:
         if args.zoo is None:
             build_zoo(zoo_dir)
         base = spread(zoo_rows(zoo_dir / "manifest.parquet"), args.models)
-        rows = [{**r, "source": str((zoo_dir / r["source"]).resolve())} for r in base]
+        # The loop runs optimum-cli on every row: the farm exports with optimum too (the zoo's torch row would not).
+        rows = [{**r, "source": str((zoo_dir / r["source"]).resolve()), "exporter": "optimum"} for r in base]
         print(f"{len(rows)} models: {' '.join(Path(r['source']).name for r in rows)}", flush=True)
 
         fp32_rows = [{**r, "variants": ["fp32"]} for r in rows]
