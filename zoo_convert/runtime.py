@@ -198,8 +198,8 @@ def _branch_config(config: OnnxConfig, **flags: bool) -> OnnxConfig:
 def _clamp_sequence(config: OnnxConfig, seq: int) -> int:
     """Keep sequence (+ an equally long past) within the model's position table."""
     model_config = getattr(config, "_config", None)
-    # Multimodal configs (CLIP, OWL-ViT) keep the text position table in text_config.
-    scopes = [model_config, getattr(model_config, "text_config", None)]
+    # Multimodal configs (CLIP, OWL-ViT) keep the text position table in text_config, vision-encoder-decoder in decoder.
+    scopes = [model_config, getattr(model_config, "text_config", None), getattr(model_config, "decoder", None)]
     limits = [
         getattr(scope, name)
         for scope in scopes

@@ -257,3 +257,12 @@ def test_a_constant_or_non_finite_reference_is_inconclusive(zoo_export) -> None:
     for found in ex.cache.cases.values():
         found[Branch.WHOLE].reference["logits"][...] = np.nan
     assert "logits is non-finite" in inconclusive(ex, SETTINGS)
+
+
+def test_benchmark_keeps_a_composite_decoders_past_within_its_position_table(zoo_export) -> None:
+    """vision-encoder-decoder keeps gpt2's n_positions in config.decoder: a 128 + 128 past overflowed it."""
+    ex = zoo_export("vision-encoder-decoder")
+    merged = ex.components[1]
+    assert cases(ex, merged, 1, 128, SETTINGS, audio_samples=0)[Branch.CACHE].feed["past_key_values.0.key"].shape[2] == 64
+    lat = benchmark(ex, fp32(ex), FAST_BENCH)
+    assert 0 < lat.ort_p50_ms and 0 < lat.torch_p50_ms
