@@ -288,3 +288,5 @@ def test_signatures_replace_the_rows_own_source_and_nothing_inside_other_words(t
         assert sig("optimizer failed for opt", "opt", "o/p") == "optimizer failed for <model>"
         assert sig("roberta weights missing", "bert", "b/c") == "roberta weights missing"
         assert sig("Could not export /tmp/x.onnx at 0xdeadbeef", None, None) == "Could not export <path> at <hex>"
+        numerics = "1/2 output checks failed; worst logits at 3x19: max abs 0.000557 (tolerance inf), cosine 0.977683"
+        assert sig(numerics, "hubert", "z/hubert").startswith("<ratio> output checks failed; worst logits at 3x19: max abs <n>")

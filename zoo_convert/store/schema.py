@@ -237,9 +237,11 @@ CREATE UNIQUE INDEX runs_name ON runs (name);
 # (``llama for task``, ``(t5)``, ``M2M100Embeddings``: any case, ``-``/``_`` or nothing between
 # the parts) and by its source (a hub id or a folder). Both are the row's own columns, so
 # they are replaced exactly, before the general rules; the rules are migration 2's plus
-# identifier lists in parentheses (``(encoder_model, decoder_model)``).
+# identifier lists in parentheses (``(encoder_model, decoder_model)``) and counts like ``2/30``
+# (``<ratio>``; the path rule read them as ``2<path>``).
 _SIGNATURES_BY_CAUSE = r"""
 CREATE OR REPLACE MACRO failure_signature(msg, model_type := NULL, source := NULL) AS left(trim(regexp_replace(
+    regexp_replace(
     regexp_replace(
     regexp_replace(
     regexp_replace(
@@ -258,6 +260,7 @@ CREATE OR REPLACE MACRO failure_signature(msg, model_type := NULL, source := NUL
         '<model>', 'gi') END,
         '''[^'']*''|"[^"]*"|`[^`]*`', '<name>', 'g'),
         '\(\s*[A-Za-z_][\w.\-]+(?:\s*,\s*[A-Za-z_][\w.\-]+)*\s*\)', '(<name>)', 'g'),
+        '\b\d+/\d+\b', '<ratio>', 'g'),
         '(?:[A-Za-z]:)?(?:[~.]?[/\\][^\s/\\:,;()\[\]]+)+[/\\]?', '<path>', 'g'),
         '\b(?:0x[0-9a-fA-F]+|[0-9a-fA-F]{7,})\b', '<hex>', 'g'),
         '[-+]?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b', '<n>', 'g'),
