@@ -32,7 +32,7 @@ test: venv chromium
 	$(BIN)/python -m pytest
 
 # Each benchmark prints its verdict last; all of them run even when one misses its target.
-BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo
+BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo bench_verify_shapes
 bench: venv
 	@status=0; for b in $(BENCHES); do echo "== $$b"; $(BIN)/python benchmarks/$$b.py || status=1; done; exit $$status
 

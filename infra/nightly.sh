@@ -65,9 +65,11 @@ PY
 }
 
 mkdir -p "$(dirname "$ZOO_DB")"
-# One run at a time: DuckDB allows a single writer, and a second run would back up a DB mid-write.
-exec 9>"$ZOO_DB.lock"
-if ! flock --nonblock 9; then
+# One nightly at a time: a second one would restore or back up the DB mid-write. `zoo-convert run`
+# takes the DB's own run lock ($ZOO_DB.lock) itself, so this one has another name; a run started
+# by hand that holds the DB is noticed here too, before anything is restored or backed up.
+exec 9>"$ZOO_DB.nightly.lock"
+if ! flock --nonblock 9 || ! flock --nonblock "$ZOO_DB.lock" true; then
   log "another run holds $ZOO_DB; not starting"
   exit 75
 fi

@@ -73,7 +73,7 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
 def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32,int8",
-         "--no-optimize", "--no-benchmark"],
+         "--no-optimize", "--no-benchmark", "--no-long-shape"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -86,14 +86,84 @@ def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir:
     record = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert record["variants"][0]["optimizer"]["methods"] == ["none"]
     assert record["variants"][0]["ort_p50_ms"] is None
+    assert {o["shape"] for o in record["variants"][0]["outputs"]} == {"1x7", "3x19"}  # --no-long-shape
 
 
 @pytest.mark.parametrize("command", ["run", "convert"])
 def test_no_optimize_and_no_benchmark_are_listed_in_help(command: str) -> None:
     proc = subprocess.run([EXE, command, "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout
+    assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout and "--no-long-shape" in proc.stdout
     assert "skip the latency measurement" in proc.stdout
+
+
+def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(cli, list(args))
+    return res.exit_code, res.output, res.exception
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--timeout", "-1", "'--timeout': -1.0 is not in the range x>0"),
+        ("--timeout", "0", "'--timeout': 0.0 is not in the range x>0"),
+        ("--timeout", "nan", "'--timeout': must be a number of seconds, not nan"),
+        ("--max-in-flight", "-1", "'--max-in-flight': -1 is not in the range x>=1"),
+        ("--num-cpus", "0", "'--num-cpus': 0 is not in the range x>=1"),
+        ("--max-attempts", "0", "'--max-attempts': 0 is not in the range x>=1"),
+    ],
+)
+def test_run_refuses_out_of_range_options_before_doing_anything(option: str, value: str, said: str, tmp_path: Path) -> None:
+    import ray
+
+    from zoo_convert.manifest import write_manifest
+
+    manifest = write_manifest([{"source": "bad..id"}], tmp_path / "m.parquet")
+    db = tmp_path / "r.duckdb"
+    code, out, _ = _invoke("run", str(manifest), "--db", str(db), "--out", str(tmp_path / "o"), option, value)
+    assert code == 2 and said in out, out
+    assert not db.exists() and not ray.is_initialized()  # nothing recorded, no Ray started
+
+
+def test_convert_refuses_an_opset_outside_the_exporters_range_before_exporting(zoo_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.pipeline import convert_one
+    from zoo_convert.records import ManifestEntry, Settings
+
+    code, out, _ = _invoke("convert", str(zoo_dir / "bert"), "--out", str(tmp_path / "o"), "--opset", "99")
+    assert code == 2 and "'--opset': 99 is not in the range 7<=x<=23" in out, out
+    assert not (tmp_path / "o").exists()
+    # the library says so too, before loading the model
+    result = convert_one(ManifestEntry(source=str(zoo_dir / "bert"), opset=99), Settings(out_dir=str(tmp_path / "o")))
+    assert (result.failure_kind, result.message) == ("export_unsupported", "opset 99 is outside 7..23")
+    assert not list((tmp_path / "o").rglob("*.onnx"))
+
+
+def test_a_manifest_without_rows_is_one_line(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from zoo_convert.manifest import SCHEMA
+
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(SCHEMA.empty_table(), empty)
+    code, out, exc = _invoke("run", str(empty), "--db", str(tmp_path / "r.duckdb"), "--out", str(tmp_path / "o"))
+    assert code == 2 and f"{empty} has no rows: nothing to convert" in out and isinstance(exc, SystemExit), out
+    code, out, exc = _invoke("manifest", "validate", str(empty))
+    assert code == 1 and "has no rows" in out and isinstance(exc, SystemExit), out
+
+
+def test_convert_json_prints_only_json_on_stdout_even_when_the_exporter_dumps_its_graph(zoo_dir: Path, tmp_path: Path) -> None:
+    """At opset 9 BERT does not export (dynamic Slice): torch's exporter fails and prints its graph from C++."""
+    proc = subprocess.run(
+        [EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--opset", "9", "--variants", "fp32",
+         "--no-benchmark", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["failure_kind"] == "export_error" and record["opset_requested"] == 9
+    assert "Torch IR graph at exception" in proc.stderr  # still there for whoever debugs it
 
 
 def _leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
@@ -159,7 +229,7 @@ def test_exit_codes_tell_an_operational_error_from_bad_usage(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("error", "code"),
-    [("UsageError", 2), ("ManifestError", 2), ("StoreError", 1), ("PublishError", 1), ("FetchError", 1),
+    [("UsageError", 2), ("ManifestError", 2), ("RunLockedError", 2), ("StoreError", 1), ("PublishError", 1), ("FetchError", 1),
      ("UnsafeCheckpointError", 1), ("ZooConvertError", 1)],
 )  # fmt: skip
 def test_every_library_error_has_its_exit_code(error: str, code: int) -> None:

@@ -67,4 +67,4 @@ def test_demo_run_resumes_after_sigkill(tmp_path: Path) -> None:
     assert {k for k, _, _ in keys} == expected
     assert all(n_runs == 1 for _, n_runs, _ in keys)
     assert all(status == "passed" for _, _, status in keys)
-    assert [r[0] for r in runs] == ["running", "completed", "completed"]  # the killed run never finished
+    assert [r[0] for r in runs] == ["abandoned", "completed", "completed"]  # the killed run, as the next one found it

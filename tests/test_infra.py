@@ -298,10 +298,11 @@ def test_every_scheduler_sets_the_hub_budgets_nightly_sh_reads() -> None:
     assert all(re.search(rf"\b{n}=\d+", zoo_env) for n in names)
 
 
-def test_nightly_sh_refuses_a_second_concurrent_run(nightly_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("held", [".nightly.lock", ".lock"])  # another nightly; a `zoo-convert run` started by hand
+def test_nightly_sh_refuses_a_second_concurrent_run(nightly_env: dict[str, str], held: str) -> None:
     db = Path(nightly_env["ZOO_DB"])
     db.parent.mkdir()
-    with open(f"{db}.lock", "w") as lock:
+    with open(f"{db}{held}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run = _nightly(nightly_env)
     assert run.returncode == 75, run.stderr

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 # One per tokenizer algorithm, a vision and an audio model with processors, a composite and a sharded checkpoint.
 REBUILT = ("bert", "gpt2", "llama", "t5", "vit", "whisper", "vision-encoder-decoder", "mpnet")
 SMOKE_EXPORTS = ("bert", "gpt2", "t5", "vit", "whisper")
-AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper")
+AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper", "speech2text")
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -8,28 +8,38 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
   unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable.
 * 2 bad usage: a wrong option or argument (click's own errors,
   :class:`~zoo_convert.errors.UsageError`) or a manifest file that cannot be used
-  (:class:`~zoo_convert.errors.ManifestError`).
+  (:class:`~zoo_convert.errors.ManifestError`); also ``run`` refused because another run
+  holds the DB (:class:`~zoo_convert.errors.RunLockedError`): like bad usage, nothing was
+  done, and the same command succeeds later or with ``--wait``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from .errors import ManifestError, UsageError, ZooConvertError
+from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
 from .hub_budget import Governor, HubLimits
-from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
+from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
 F = TypeVar("F", bound=Callable[..., object])
 
 # The error boundary's table: library error -> exit code; the first class in the error's MRO wins.
 # Anything else from the library (StoreError, FetchError, PublishError, ...) is operational: 1.
-EXIT_CODES: dict[type[ZooConvertError], int] = {UsageError: 2, ManifestError: 2, ZooConvertError: 1}
+EXIT_CODES: dict[type[ZooConvertError], int] = {
+    UsageError: 2,
+    ManifestError: 2,
+    RunLockedError: 2,  # refused before doing anything, as bad usage is: run again later or with --wait
+    ZooConvertError: 1,
+}
 
 
 def exit_code(exc: ZooConvertError) -> int:
@@ -58,8 +68,15 @@ def cli() -> None:
       0  done (`run`: the run completed, whatever the models did)
       1  a recorded failure (a model, a regression), or an operational error:
          the results DB locked or unreadable, the Hub unreachable
-      2  bad usage: options, arguments, or a manifest file that cannot be used
+      2  bad usage: options, arguments, or a manifest file that cannot be used;
+         also `run` refused because another run holds the DB (see --wait)
     """
+
+
+def _not_nan(param: click.Parameter, value: float) -> float:
+    if value != value:  # FloatRange lets NaN through: it compares false with either bound
+        raise click.BadParameter("must be a number of seconds, not nan", param=param)
+    return value
 
 
 def _variants(value: str) -> tuple[str, ...]:
@@ -76,6 +93,10 @@ _NO_OPTIMIZE = click.option(
     help="keep the plain export as the fp32 artifact (no graph fusion), like optimum-cli without --optimize",
 )
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
+_NO_LONG_SHAPE = click.option(
+    "--no-long-shape", is_flag=True,
+    help="verify at the two short shapes only, not also at the length the model is used at (README: verify)",
+)
 
 
 # Every Hub request of the command (and of a run's workers) draws from this budget.
@@ -97,7 +118,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.argument("source")
 @click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
 @click.option("--revision", help="hub branch, tag or commit sha.")
-@click.option("--opset", type=int, help="ONNX opset; the exporter's default when omitted.")
+@click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(VARIANTS), show_default=True, help="comma-separated: fp32,fp16,int8")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
@@ -106,6 +127,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_NO_LONG_SHAPE
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
@@ -121,6 +143,7 @@ def convert(
     allow_pickle: bool,
     no_optimize: bool,
     no_benchmark: bool,
+    no_long_shape: bool,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
     as_json: bool,
@@ -148,12 +171,34 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
-    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min):
-        result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
+    settings = Settings(
+        out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark, verify_long=not no_long_shape
+    )
+    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
+        result = convert_one(entry, settings)
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
     sys.exit(0 if result.passed else 1)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While converting, whatever is printed to stdout goes to stderr: stdout carries the result alone.
+
+    At the file-descriptor level, as torch's exporter prints its graph dumps from C++.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is the real stdout again
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @cli.group()
@@ -281,7 +326,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 @_db_option("the results database (opened read-only)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="folder for the site")
 @click.option("--serve", "serve_it", is_flag=True, help="serve the site on 127.0.0.1 after building it")
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0 picks a free port")
 def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
     """Build the static, offline dashboard of a results database.
 
@@ -365,17 +410,20 @@ def publish(
 @_db_option("the results database (created if missing)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
 @click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
-@click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
-@click.option("--max-in-flight", type=int, help="jobs submitted at once (default: twice the cluster's CPUs)")
+@click.option("--num-cpus", type=click.IntRange(1), help="CPUs of the local Ray instance (default: all)")
+@click.option("--max-in-flight", type=click.IntRange(1), help="jobs submitted at once (default: twice the cluster's CPUs)")
 @click.option("--force", is_flag=True, help="rerun every job, even those with a result")
 @click.option("--retry-failed", is_flag=True, help="rerun jobs whose latest result failed")
 @click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+              callback=lambda ctx, param, value: _not_nan(param, value), help="default hard timeout per job, seconds")
+@click.option("--wait", is_flag=True, help="when another run holds the DB, wait for it to finish instead of stopping")
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_NO_LONG_SHAPE
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
@@ -390,11 +438,13 @@ def run(
     retry_failed: bool,
     max_attempts: int,
     timeout_s: float,
+    wait: bool,
     offline: bool,
     hf_endpoint: str | None,
     hf_cache: str | None,
     no_optimize: bool,
     no_benchmark: bool,
+    no_long_shape: bool,
     name: str | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -403,7 +453,8 @@ def run(
 
     Jobs already answered in the DB (same checkpoint, settings and toolchain) are
     skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
-    completed, whatever the models did.
+    completed, whatever the models did. One run per DB: a second one stops at
+    once, saying which run holds it (or waits, with --wait).
 
     Example:
 
@@ -422,6 +473,7 @@ def run(
         hf_cache=hf_cache,
         optimize=not no_optimize,
         benchmark=not no_benchmark,
+        verify_long=not no_long_shape,
     )
     options = FarmOptions(
         address=address,
@@ -431,6 +483,7 @@ def run(
         retry_failed=retry_failed,
         max_attempts=max_attempts,
         hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
+        wait=wait,
     )
     run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
 

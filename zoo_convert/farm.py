@@ -7,6 +7,9 @@ it submits one Ray task per job (highest priority first, a bounded number in
 flight), consumes results as they finish (``ray.wait``) and records each in its
 own transaction: the driver is the database's only writer, and a driver killed
 mid-run loses nothing that was recorded, so rerunning the command finishes the rest.
+One run per database at a time: a run holds the database's run lock
+(:mod:`zoo_convert.store.lock`) throughout, and marks runs left ``running`` by a
+killed driver ``abandoned``.
 
 Ray never retries anything itself (``max_retries=0``, ``retry_exceptions=False``:
 it would retry an OOM-killed task forever). The driver resubmits jobs whose
@@ -27,9 +30,11 @@ again during the run, with the same backoff as transient job failures.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
+import os
 import sys
 import time
 import uuid
@@ -45,7 +50,7 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
-from .errors import FailureKind, ManifestError, ZooConvertError, first_line
+from .errors import FailureKind, ManifestError, UnsafeForkServerError, ZooConvertError, first_line
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
@@ -54,6 +59,7 @@ from .plan import InvalidRow, Job, keyed_jobs, make_plan
 from .records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
 from .stages.fetch import download, is_local
 from .store.db import ResultStore
+from .store.lock import run_lock
 from .store.queries import run_label
 from .versions import toolchain_versions
 
@@ -74,6 +80,7 @@ class FarmOptions:
         max_attempts: runs of one job when its failures are transient.
         backoff_s: wait before the second attempt; doubles per attempt, capped at a minute.
         hub_limits: the Hub request budget the whole run (driver and workers) shares.
+        wait: when another run holds the database, wait for it instead of stopping.
     """
 
     address: str | None = None
@@ -84,6 +91,7 @@ class FarmOptions:
     max_attempts: int = 3
     backoff_s: float = 2.0
     hub_limits: HubLimits = HubLimits()
+    wait: bool = False
 
 
 @dataclass
@@ -228,14 +236,19 @@ def run_farm(
 ) -> FarmReport:
     """Convert every job of the manifest that the DB does not answer yet; record each result as it lands.
 
-    ``name`` is the run's unique, human name (``run --name``).
+    ``name`` is the run's unique, human name (``run --name``). One run per database:
+    RunLockedError when another run holds it, unless ``options.wait``.
     """
-    with hub_budget.governing(LocalGovernor(options.hub_limits)):
-        return _run_farm(manifest_path, db_path, settings, options, job_fn, progress, name)
+    run_id = _run_id()
+    waiting = functools.partial(print, file=sys.stderr)
+    with run_lock(db_path, run_id, wait=options.wait, waiting=waiting):
+        with hub_budget.governing(LocalGovernor(options.hub_limits)):
+            return _run_farm(manifest_path, run_id, db_path, settings, options, job_fn, progress, name)
 
 
 def _run_farm(
     manifest_path: str | Path,
+    run_id: str,
     db_path: str | Path,
     settings: Settings,
     options: FarmOptions,
@@ -250,10 +263,11 @@ def _run_farm(
     store = ResultStore(db_path)
     if name is not None:
         store.check_run_name(name)  # before Ray starts: a taken name stops the run at once
+    store.abandon_runs()  # we hold the run lock: a run still "running" lost its driver
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
-    plan = make_plan(manifest, settings, done, store.last_durations())
+    plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts())
     report = FarmReport(
-        run_id=_run_id(), name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
+        run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
     )
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
@@ -354,7 +368,7 @@ class _Driver:
 
     def _submit(self, job: Job, attempt: int) -> None:
         if job.entry.gpu and not self.gpus:
-            result = failure_result(job.entry, FailureKind.INTERNAL, "the job needs a GPU and no node offers one")
+            result = failure_result(job.entry, FailureKind.GPU_UNAVAILABLE, "the job needs a GPU and no node offers one")
             _record(self.store, self.report, self.progress, [(job.key, result, attempt)])
             return
         opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if job.entry.gpu else 0, "name": f"convert {job.entry.source}"}
@@ -403,6 +417,8 @@ class _Driver:
             killed = f"Ray's memory monitor killed the worker: {first_line(exc)}"
             return failure_result(job.entry, FailureKind.OOM, killed)
         except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, UnsafeForkServerError):
+                raise exc.cause from None  # the node is unsafe to run on, not the model: stop the run
             # our task wrapper raised: a bug of ours, not worth retrying
             return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")
         except ray.exceptions.RayError as exc:
@@ -454,7 +470,8 @@ def _prestart_fork_server() -> None:
     """Start this machine's fork server now, so its warm-up runs while ``ray.init`` starts the local instance.
 
     The local workers find it at its socket; the driver's connection keeps it up for the run.
-    A failure here only costs time: the first worker to need the server tries again.
+    A failure here only costs time: the first worker to need the server tries again. An
+    unsafe socket folder (:class:`UnsafeForkServerError`) is not caught: it stops the run.
     """
     try:
         fork_server()
@@ -470,7 +487,9 @@ def _init_ray(options: FarmOptions) -> None:
     # Ray turns token authentication on for every new local instance and says so on each run; only
     # that notice is dropped (a warning that authentication is off still comes through).
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_token_auth_enabled)
-    ray.init(address=options.address, **kwargs)
+    # Without an address ray.init() would join whatever cluster `ray start` left registered on this
+    # machine; the farm's default is its own local instance (RAY_ADDRESS, as `ray job submit` sets it, still counts).
+    ray.init(address=options.address or os.environ.get("RAY_ADDRESS") or "local", **kwargs)
 
 
 def _not_token_auth_enabled(record: logging.LogRecord) -> bool:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ManifestError
-from .records import EXPORTERS, VARIANTS, ManifestEntry
+from .records import EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry
 from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
 
 SCHEMA = pa.schema(
@@ -46,10 +46,6 @@ SCHEMA = pa.schema(
     ]
 )
 REQUIRED = ("source",)
-
-# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
-# tests check it stays inside what torch and onnx know.
-MIN_OPSET, MAX_OPSET = 7, 23
 
 # optimum 2.1 TasksManager.get_all_tasks() plus its _SYNONYM_TASK_MAP keys, frozen here so
 # validating a manifest never imports torch; tests/test_manifest.py checks it against TasksManager.
@@ -119,6 +115,8 @@ def read_manifest(path: str | Path) -> Manifest:
 def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table>"), sha256: str = "") -> Manifest:
     """Validate an Arrow table against :data:`SCHEMA` and expand its valid rows into jobs."""
     table, file_problems, warnings = _conform(table)
+    if not file_problems and table.num_rows == 0:
+        file_problems.append(ManifestError(f"{path} has no rows: nothing to convert"))
     if file_problems:
         return Manifest(path, table.num_rows, (), tuple(file_problems), {}, tuple(warnings), sha256)
     n = table.num_rows

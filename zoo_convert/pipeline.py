@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import FailureKind, NumericsMismatchError, ZooConvertError, first_line
+from .errors import FailureKind, FetchError, NumericsMismatchError, ZooConvertError, first_line, storage_fault
 from .records import (
     FAILED,
     INCONCLUSIVE,
@@ -72,6 +72,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         with run.stage("optimize") as details:
             artifacts = optimize.optimize(exported, entry.variants, settings)
             details.update({v: a.details for v, a in artifacts.items()})
+            export.set_modes(out_dir)
         run.variants = [
             _unmade(a) if "error" in a.details else _verify_and_benchmark(run, exported, a, settings)
             for a in artifacts.values()
@@ -140,8 +141,10 @@ class _Failure:
 
 
 def _failure(exc: BaseException) -> _Failure:
-    """Anything not raised on purpose as one of our errors is ``internal``."""
+    """Anything not raised on purpose as one of our errors is ``internal``; a full or failing disk is ``storage_error``."""
     kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL
+    if not isinstance(exc, FetchError) and storage_fault(exc) is not None:
+        kind = FailureKind.STORAGE_ERROR  # writing artifacts failed: the disk's fault, redone by the next run
     return _Failure(kind.value, first_line(exc), "".join(traceback.format_exception(exc)))
 
 

@@ -4,7 +4,9 @@ A job's cache key hashes the resolved checkpoint (hub commit sha or ``sha256:``
 of a local folder), the entry's conversion settings, the farm settings that
 change what is built, verified or measured, and the toolchain versions. The
 same key means the same answer, so a nightly rerun of an unchanged manifest
-has nothing to do.
+has nothing to do. The hard timeout is no part of the key (it bounds the work,
+it does not change the answer): a ``timeout`` answer stands only until a run
+allows the job longer than it had.
 
 Resolving a hub id costs one API request (``model_info``: the commit and its
 file list, which the job then receives on its entry), or less: the ids of an
@@ -18,6 +20,7 @@ a page of models per request. Every request is bounded by
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -103,8 +106,14 @@ def make_plan(
     settings: Settings,
     done: set[str] | frozenset[str] = frozenset(),
     durations: Mapping[tuple[str, str | None, int | None], float] | None = None,
+    timeouts: Mapping[str, float | None] | None = None,
 ) -> Plan:
     """Key every job and invalid row of the manifest and drop those in ``done``.
+
+    A job in ``done`` whose answer is a timeout (``timeouts``: key -> the timeout it ran
+    under) is kept when it may now run longer: the timeout is not in the key, so changing
+    it leaves every other answer cached, and a job that timed out is redone only by a run
+    that gives it more time.
 
     Within a priority, jobs go longest first by ``durations`` (seconds the same source, exporter
     and opset took last time): a night should not end waiting on one big model submitted last.
@@ -122,7 +131,14 @@ def make_plan(
         last = durations.get((job.entry.source, job.entry.exporter, job.entry.opset))
         return (-job.entry.priority, -(last if last is not None else math.inf), job.entry.row or 0)
 
-    todo = sorted((j for j in jobs if j.key not in done), key=order)
+    timeouts = timeouts or {}
+
+    def answered(job: Job) -> bool:
+        ran_under = timeouts.get(job.key)
+        longer = ran_under is not None and (job.entry.timeout_s or settings.timeout_s) > ran_under
+        return job.key in done and not longer
+
+    todo = sorted((j for j in jobs if not answered(j)), key=order)
     bad = [r for r in invalid if r.key not in done]
     total = len(jobs) + len(invalid) + len(unresolved)
     return Plan(tuple(todo), tuple(bad), total - len(todo) - len(bad) - len(unresolved), total, tuple(unresolved))
@@ -169,6 +185,7 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         "allow_pickle": entry.allow_pickle,
         "tolerances": {k: asdict(v) for k, v in sorted(settings.tolerances.items())},
         "verify_shapes": settings.verify_shapes,
+        "verify_long": settings.verify_long,
         "providers": settings.providers,
         "external_data_threshold": settings.external_data_threshold,
         # Always present: a --no-benchmark result has no latencies, so a default run must not reuse it.
@@ -188,7 +205,10 @@ def estimate_memory(entry: ManifestEntry) -> int | None:
         return None
     weights = 0
     for root, _, files in os.walk(entry.source):
-        weights += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(_WEIGHT_SUFFIXES))
+        for f in files:
+            if f.endswith(_WEIGHT_SUFFIXES):
+                with contextlib.suppress(OSError):  # a dangling link: the job's fetch reports it
+                    weights += os.path.getsize(os.path.join(root, f))
     return _BASE_MEMORY + _MEMORY_PER_WEIGHT_BYTE * weights
 
 
@@ -210,8 +230,8 @@ def _resolve_all(
 
 
 def _resolve(source: str, revision: str | None, settings: Settings) -> str | HubSnapshot | None:
-    """A local folder's hash or a hub id's snapshot; a stand-in key when the hub says no (the job will
-    report why); None when it could not answer for now."""
+    """A local folder's hash or a hub id's snapshot; a stand-in key when the hub says no or the folder cannot be
+    read (the job's fetch meets the error and records it); None when the hub could not answer for now."""
     entry = ManifestEntry(source=source, revision=revision)
     try:
         if is_local(source) or settings.offline:
@@ -220,4 +240,6 @@ def _resolve(source: str, revision: str | None, settings: Settings) -> str | Hub
     except ZooConvertError as exc:
         if exc.kind.transient:
             return None
+        return f"unresolved:{revision or 'default'}"
+    except Exception:  # noqa: BLE001 - one checkpoint's problem (a bug of ours too) never stops the plan: its job records it
         return f"unresolved:{revision or 'default'}"

@@ -16,6 +16,9 @@ from typing import Any
 from .errors import FailureKind
 
 EXPORTERS = ("optimum", "torch")
+# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
+# tests check it stays inside what torch and onnx know.
+MIN_OPSET, MAX_OPSET = 7, 23
 VARIANTS = ("fp32", "fp16", "int8")
 # Filenames transformers.js and optimum's ORTModel look for under onnx/.
 VARIANT_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_quantized.onnx"}
@@ -101,6 +104,8 @@ class Settings:
         tolerances: per-variant pass criteria.
         verify_shapes: (batch, sequence) pairs verification runs at; they differ
             from the exporter's dummy input so the dynamic axes are exercised.
+        verify_long: also verify at one long shape per component, batch 1 at the length
+            the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
         bench_warmup / bench_runs: latency measurement repetitions.
         bench_budget_s: seconds of timed runs per side after which a slow model stops early.
         providers: ONNX Runtime execution providers, in preference order.
@@ -124,6 +129,7 @@ class Settings:
         }
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
+    verify_long: bool = True
     bench_warmup: int = 3
     bench_runs: int = 20
     bench_budget_s: float = 1.0
@@ -241,6 +247,7 @@ class ConversionResult:
         versions: toolchain versions the job ran with.
         started_at / finished_at: ISO-8601 UTC timestamps.
         attempts: how many times the farm ran this job (1 outside the farm).
+        timeout_s: the hard timeout the job ran under (farm jobs; None outside the farm).
         node: host that ran the job.
         row: manifest row number, when it came from a manifest.
         tags: the entry's tags.
@@ -270,6 +277,7 @@ class ConversionResult:
     started_at: str | None = None
     finished_at: str | None = None
     attempts: int = 1
+    timeout_s: float | None = None
     node: str | None = None
     row: int | None = None
     tags: tuple[str, ...] = ()

@@ -14,6 +14,11 @@ what they share:
   merged decoder is two graphs in one: one :class:`Case` per :class:`Branch`.
 * :class:`RuntimeCache`: the per-job memo on ``ExportedModel.cache``, so verifying
   and benchmarking several variants never repeats a forward pass or a session load.
+* :class:`ModuleState`: the torch model as loaded, put back before every reference
+  forward. Some models rebuild themselves on a forward (BigBird switches to full
+  attention for good on an input too short for block-sparse attention, and the
+  export's short dummy input is one): the reference must be the model a user
+  loads, not the one the export or a shorter input left behind.
 
 optimum's dummy generators draw from the global python, numpy and torch random
 generators; :func:`seeded` pins them per shape and puts them back afterwards.
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,11 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import shapes
 from .errors import VerifyError, is_our_bug
 from .records import Settings
 
 if TYPE_CHECKING:
     import onnx
+    import torch
     from onnxruntime import InferenceSession
     from optimum.exporters.onnx import OnnxConfig
     from transformers import PreTrainedTokenizerBase
@@ -69,7 +75,8 @@ class Case:
     """One component's inputs at one shape, and PyTorch's outputs for them.
 
     Attributes:
-        label: the shape label recorded in OutputCheck.shape (``3x19``, ``1x7/cache``).
+        label: the shape label recorded in OutputCheck.shape: batch x length (tokens; the
+            frames or samples of an audio encoder), and the branch (``3x19``, ``1x7/cache``).
         branch: which graph of the component it runs.
         torch_inputs: keyword arguments of the torch module's forward.
         feed: ONNX Runtime inputs by graph input name (fp32 / int64 numpy).
@@ -90,8 +97,8 @@ class Case:
 
 # (graph file, intra-op threads, providers)
 SessionKey = tuple[str, int, tuple[str, ...]]
-# (component, batch, sequence, audio samples)
-CaseKey = tuple[str, int, int, int]
+# (component, *sorted dummy-generator shape arguments): the shape as fed
+CaseKey = tuple[str | tuple[str, int], ...]
 
 
 @dataclass
@@ -111,6 +118,26 @@ class RuntimeCache:
     graph_inputs: dict[str, list[onnx.ValueInfoProto]] = field(default_factory=dict)
     tokenizer: PreTrainedTokenizerBase | None = None
     tokenizer_loaded: bool = False
+
+
+class ModuleState:
+    """A torch module tree's Python-level state (attributes, child modules, parameter and buffer slots).
+
+    :meth:`restore` puts back what a forward pass replaced: swapped submodules,
+    re-registered buffers, switched flags. Tensors are shared, not copied, so it
+    costs a few dicts per module; a tensor changed in place stays changed.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._saved = [
+            (m, dict(vars(m)), dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in module.modules()
+        ]
+
+    def restore(self) -> None:
+        for module, attrs, modules, parameters, buffers in self._saved:
+            state = vars(module)
+            state.clear()
+            state.update(attrs, _modules=dict(modules), _parameters=dict(parameters), _buffers=dict(buffers))
 
 
 def ort_session(
@@ -149,20 +176,22 @@ def session_for(exported: ExportedModel, artifact: Artifact, comp: Component, se
 def cases(
     exported: ExportedModel, comp: Component, batch: int, seq: int, settings: Settings, *, audio_samples: int
 ) -> dict[Branch, Case]:
-    """Inputs and PyTorch outputs of ``comp`` at one shape, one Case per branch (memoized)."""
+    """Inputs and PyTorch outputs of ``comp`` at one shape, one Case per branch (memoized by the shape as fed).
+
+    ``seq`` is capped by the position table; ``audio_samples`` become the frames
+    a filterbank model's extractor makes of them (:mod:`zoo_convert.shapes`).
+    """
+    if comp.onnx_config is None or comp.torch_module is None:
+        raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
+    kwargs = shape_kwargs(exported.checkpoint.path, comp.onnx_config, batch, seq, audio_samples)
     memo = exported.cache.cases
-    key = (comp.name, batch, seq, audio_samples)
+    # Keyed by what is fed: a whisper encoder sees the same 30 s at every requested length.
+    key = (comp.name, *sorted(kwargs.items()))
     if key not in memo:
-        if comp.onnx_config is None or comp.torch_module is None:
-            raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
-        seq = _clamp_sequence(comp.onnx_config, seq)
-        found: dict[Branch, Case] = {}
-        for branch, config, outputs in _branches(comp.onnx_config):
-            label = f"{batch}x{seq}" + (f"/{branch.value}" if branch.value else "")
-            found[branch] = _make_case(
-                exported, comp, config, branch, outputs, label, batch, seq, audio_samples, settings
-            )
-        memo[key] = found
+        memo[key] = {
+            branch: _make_case(exported, comp, config, branch, outputs, kwargs, settings)
+            for branch, config, outputs in _branches(comp.onnx_config)
+        }
     return memo[key]
 
 
@@ -218,18 +247,18 @@ def _make_case(
     config: OnnxConfig,
     branch: Branch,
     outputs: tuple[str, ...],
-    label: str,
-    batch: int,
-    seq: int,
-    audio_samples: int,
+    kwargs: dict[str, int],
     settings: Settings,
 ) -> Case:
     import torch
 
-    with seeded(batch * 1000 + seq), processor_fallback():
-        inputs = config.generate_dummy_inputs(framework="pt", **_shape_kwargs(exported, batch, seq, audio_samples))
+    with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
+        inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
+        label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
         _use_real_text(exported, config, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
+        if comp.as_loaded is not None:
+            comp.as_loaded.restore()
         try:
             patched = config.patch_model_for_export(comp.torch_module)
             with torch_threads(settings.threads), patched, torch.inference_mode():
@@ -242,7 +271,7 @@ def _make_case(
         feed_inputs = config.generate_dummy_inputs_for_validation(dict(inputs), [i.name for i in specs])
     feed = _flatten_inputs(config, feed_inputs)
     if branch is Branch.NO_CACHE:
-        feed.update(_empty_past(specs, feed, batch))
+        feed.update(_empty_past(specs, feed, kwargs["batch_size"]))
     return Case(label, branch, torch_inputs, feed, _flatten_outputs(config, result), outputs, config)
 
 
@@ -273,6 +302,15 @@ def _empty_past(specs: list[onnx.ValueInfoProto], feed: dict[str, np.ndarray], b
         dtype = onnx.helper.tensor_dtype_to_np_dtype(spec.type.tensor_type.elem_type)
         empty[spec.name] = np.zeros(shape, dtype=dtype)
     return empty
+
+
+def _length(config: OnnxConfig, inputs: dict[str, Any], kwargs: dict[str, int]) -> int:
+    """The length a shape label shows: tokens, or the frames / samples an audio encoder was fed."""
+    audio = shapes.audio_input(config)
+    if audio is None or shapes.has_text(config) or audio not in inputs:
+        return kwargs["sequence_length"]
+    axis = shapes.time_axis(config, audio)
+    return int(inputs[audio].shape[axis]) if axis is not None else kwargs["audio_sequence_length"]
 
 
 def graph_inputs(exported: ExportedModel, comp: Component) -> list[onnx.ValueInfoProto]:
@@ -327,26 +365,41 @@ def processor_fallback() -> Iterator[None]:
 
 def processor_shapes(folder: Path) -> dict[str, int]:
     """Dummy-input shapes the checkpoint's processor config fixes (image size, mel frames and bins)."""
-    path = Path(folder) / "preprocessor_config.json"
-    if not path.is_file():
-        return {}
-    conf = json.loads(path.read_text())
-    shapes = {k: conf[k] for k in ("nb_max_frames", "feature_size") if isinstance(conf.get(k), int)}
+    conf = shapes.preprocessor_config(folder)
+    found = {k: conf[k] for k in ("nb_max_frames", "feature_size") if isinstance(conf.get(k), int)}
     size = conf.get("crop_size") if conf.get("do_center_crop") else None
     size = size or conf.get("size")
     if isinstance(size, int):
-        shapes.update(height=size, width=size)
+        found.update(height=size, width=size)
     elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
-        shapes.update(height=size["height"], width=size["width"])
+        found.update(height=size["height"], width=size["width"])
     elif isinstance(size, dict) and isinstance(size.get("shortest_edge"), int):
-        shapes.update(height=size["shortest_edge"], width=size["shortest_edge"])
-    return shapes
+        found.update(height=size["shortest_edge"], width=size["shortest_edge"])
+    return found
 
 
-def _shape_kwargs(exported: ExportedModel, batch: int, seq: int, audio_samples: int) -> dict[str, int]:
-    """Dummy-generator shape arguments; image size and mel frames come from the checkpoint's processor."""
-    kwargs = {"batch_size": batch, "sequence_length": seq, "audio_sequence_length": audio_samples}
-    return {**kwargs, **processor_shapes(exported.checkpoint.path)}
+def shape_kwargs(folder: Path, config: OnnxConfig, batch: int, seq: int, audio_samples: int) -> dict[str, int]:
+    """optimum's dummy-generator shape arguments for ``config`` of the checkpoint in ``folder``, at one shape.
+
+    Tokens are capped by the position table; image size and whisper's mel frames
+    come from the checkpoint's processor; a filterbank model gets the frames its
+    extractor makes of ``audio_samples``, a raw-audio model the samples.
+    """
+    kwargs = {
+        "batch_size": batch,
+        "sequence_length": _clamp_sequence(config, seq),
+        "audio_sequence_length": audio_samples,
+        **processor_shapes(folder),
+    }
+    audio = shapes.audio_input(config)
+    if audio == "input_features":
+        kwargs["audio_sequence_length"] = kwargs.get("nb_max_frames") or shapes.filterbank_frames(
+            audio_samples, folder, config._config
+        )
+    if audio is not None and not shapes.has_text(config):
+        # An audio encoder's other inputs (Speech2Text's attention mask) run along its audio.
+        kwargs["sequence_length"] = kwargs["audio_sequence_length"]
+    return kwargs
 
 
 def _use_real_text(exported: ExportedModel, config: OnnxConfig, inputs: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""A manifest source: a local folder or a Hub repo id, and the one rule for a valid id.
+"""A manifest source: a local folder or a Hub repo id, the one rule for a valid id, and
+which files of a checkpoint folder may be copied out of it (:func:`side_files`).
 
 A valid Hub repo id is huggingface_hub's ``validate_repo_id`` (``name`` or
 ``org/name`` of letters, digits, ``-``, ``_``, ``.``), without the parts that could
@@ -11,6 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from pathlib import Path
+
+from .errors import UnsafeCheckpointError
 
 HUB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
 # Never inside an id: ``..`` walks up a path, ``--`` is the Hub cache's folder separator.
@@ -18,6 +23,29 @@ HUB_ID_FORBIDDEN = ("..", "--")
 HUB_ID_FORBIDDEN_SUFFIX = ".git"
 
 _HUB_ID = re.compile(HUB_ID_PATTERN)
+
+# Files beside the weights that a runtime needs to preprocess inputs or generate: export copies them beside onnx/.
+SIDE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+    "tokenizer.model",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "feature_extractor_config.json",
+    "image_processor_config.json",
+    "chat_template.jinja",
+)
 
 
 def is_hub_id(source: str) -> bool:
@@ -32,3 +60,36 @@ def is_hub_id(source: str) -> bool:
 def is_local(source: str) -> bool:
     """A source is a local folder when it exists or is spelled as an absolute path, else a hub id."""
     return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", "./", "~"))
+
+
+def side_files(ckpt_dir: Path) -> list[Path]:
+    """The checkpoint's side files to copy beside onnx/; UnsafeCheckpointError for one that leads elsewhere.
+
+    Each must be a regular file that resolves inside the checkpoint folder, or inside the
+    Hub cache folder of the same repo (a snapshot's files are links to its ``blobs/``):
+    a ``merges.txt`` linked to any other file on the machine would be copied and published.
+    """
+    root = ckpt_dir.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        root = root.parent.parent
+    found = []
+    for name in SIDE_FILES:
+        path = ckpt_dir / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            target: Path | None = path.resolve()
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except (OSError, RuntimeError):  # a dangling link, a link loop
+            target, regular = None, False
+        if target is not None and not target.is_relative_to(root):
+            problem = f"links to {target}, outside the checkpoint"
+        elif not regular:
+            problem = "is not a regular file"
+        else:
+            found.append(path)
+            continue
+        raise UnsafeCheckpointError(
+            f"{ckpt_dir}: side file {name} {problem}; only regular files inside the checkpoint are copied to the artifacts"
+        )
+    return found

@@ -97,6 +97,39 @@ def test_dashboard_command_writes_the_site(db: str, tmp_path: Path) -> None:
     assert code == 0 and (tmp_path / "site" / "index.html").exists() and "wrote" in out
 
 
+def _damaged(tmp_path: Path, how: str) -> Path:
+    """A results DB cut in half, or with bytes flipped in its data blocks (a checksum mismatch)."""
+    path = tmp_path / f"{how}.duckdb"
+    fill(path)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        if how == "truncated":
+            f.truncate(size // 2)
+        else:
+            for offset in range(3 * 262144 + 100, size, 262144):  # past the headers, into every later block
+                f.seek(offset)
+                block = f.read(64)
+                f.seek(offset)
+                f.write(bytes(b ^ 0xFF for b in block))
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupt"])
+@pytest.mark.parametrize("command", [["db", "status"], ["db", "export", "OUT"], ["dashboard", "--out", "OUT"], ["run", "MANIFEST"]])
+def test_a_damaged_db_is_one_line_not_a_traceback(how: str, command: list[str], tmp_path: Path) -> None:
+    from zoo_convert.manifest import write_manifest
+
+    db = _damaged(tmp_path, how)
+    manifest = write_manifest([{"source": "bad..id"}], tmp_path / "m.parquet")
+    args = [str(tmp_path / "out") if a == "OUT" else str(manifest) if a == "MANIFEST" else a for a in command]
+    res = CliRunner().invoke(cli, [*args, "--db", str(db)] + (["--out", str(tmp_path / "o")] if command[0] == "run" else []))
+    assert res.exit_code != 0 and isinstance(res.exception, SystemExit), res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    if command != ["db", "status"]:  # store/queries.py words its own errors ("query failed: ...")
+        assert str(db) in res.output
+    assert ("Could not read enough bytes" if how == "truncated" else "checksum") in res.output, res.output
+
+
 LONG_SQL = ("SELECT source, message, versions, recorded_at, max_abs FROM results"
             " WHERE message LIKE 'Could not export%' ORDER BY job_seq")
 

@@ -290,3 +290,35 @@ def test_signatures_replace_the_rows_own_source_and_nothing_inside_other_words(t
         assert sig("Could not export /tmp/x.onnx at 0xdeadbeef", None, None) == "Could not export <path> at <hex>"
         numerics = "1/2 output checks failed; worst logits at 3x19: max abs 0.000557 (tolerance inf), cosine 0.977683"
         assert sig(numerics, "hubert", "z/hubert").startswith("<ratio> output checks failed; worst logits at 3x19: max abs <n>")
+
+
+def test_the_machines_faults_are_not_terminal_and_timeouts_keep_their_limit(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r1", manifest="m", manifest_hash="h", versions={}, resources={}, settings={"timeout_s": 600.0})
+    disk = result("zoo/a", "bert", failure=("storage_error", "export", "OSError: [Errno 28] No space left on device"))
+    gpu = result("zoo/b", "bert", failure=("gpu_unavailable", "job", "the job needs a GPU and no node offers one"))
+    hung = replace(result("zoo/c", "bert", failure=("timeout", "job", "no answer after 2 s")), timeout_s=2.0)
+    # a variant failed for the disk's sake beside a passing fp32 (made before the fix that fails the job then)
+    half = replace(result("zoo/d", "bert", variants=good("d")), variants=(
+        *good("d")[:2], replace(good("d")[2], status="failed", failure_kind="storage_error")))  # fmt: skip
+    store.record_many("r1", [("k-disk", disk), ("k-gpu", gpu), ("k-hung", hung), ("k-half", half), ("k-ok", result("zoo/e", "bert", variants=good("e")))])
+    assert store.terminal_keys() == {"k-hung", "k-ok"}
+    assert store.timeouts() == {"k-hung": 2.0}
+    store.start_run("r2", manifest="m", manifest_hash="h", versions={}, resources={}, settings={"timeout_s": 600.0})
+    store.record_many("r2", [("k-disk", result("zoo/a", "bert", variants=good("a"))), ("k-hung", replace(hung, timeout_s=None))])
+    assert store.terminal_keys() == {"k-disk", "k-hung", "k-ok"}  # the redone job answers now
+    assert store.timeouts() == {"k-hung": 600.0}  # no limit of its own recorded: its run's --timeout
+
+
+def test_a_batch_mixing_early_failures_and_variants_keeps_every_column(tmp_path: Path) -> None:
+    """The farm records whatever is ready in one batch; a job with no variant first must not blank the others'."""
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r1", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    early = result("zoo/a", "bert", failure=("timeout", "job", "no answer"))
+    store.record_many("r1", [("k-early", early), ("k-ok", result("zoo/b", "bert", variants=good("b")))])
+    store.record_many("r1", [("k-ok2", result("zoo/c", "bert", variants=good("c"))), ("k-early2", early)])
+    got = rows(store, "SELECT job_key, count(max_abs), count(verify_s), count(ort_p50_ms) FROM results"
+                      " WHERE variant IS NOT NULL GROUP BY 1 ORDER BY 1")  # fmt: skip
+    assert got == [("k-ok", 3, 3, 3), ("k-ok2", 3, 3, 3)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import RuntimeCache
+from ..runtime import ModuleState, RuntimeCache
 
 if TYPE_CHECKING:
     import torch
@@ -60,12 +60,15 @@ class Component:
         onnx_config: optimum's OnnxConfig for this component (input/output names,
             dynamic axes, dummy input generators); both exporters set it.
         torch_module: the PyTorch module (patched as for export) that this graph mirrors.
+        as_loaded: the loaded model's state before the export ran it, put back before
+            every reference forward (shared by the components of one model).
     """
 
     name: str
     path: Path
     onnx_config: OnnxConfig | None = None
     torch_module: torch.nn.Module | None = None
+    as_loaded: ModuleState | None = None
 
 
 @dataclass

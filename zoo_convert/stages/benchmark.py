@@ -76,8 +76,13 @@ def _torch_timings(steps: list[_Step], settings: Settings) -> list[float]:
 
     Each component is patched only around its own call: the patchers of an
     encoder and of the whole seq2seq model that contains it cannot be nested.
+    Timed as loaded: verify's shorter inputs may have switched a model's mode.
     """
     import torch
+
+    for comp, _, _, _ in steps:
+        if comp.as_loaded is not None:
+            comp.as_loaded.restore()
 
     def run_torch() -> None:
         for comp, case, _, _ in steps:

@@ -23,32 +23,11 @@ from typing import Any
 
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, first_line, is_our_bug
-from ..records import ManifestEntry, Settings
-from ..runtime import processor_fallback, processor_shapes
+from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
+from ..runtime import ModuleState, processor_fallback, shape_kwargs
+from ..sources import side_files
 from . import Checkpoint, Component, ExportedModel
 
-# Files beside the weights that a runtime needs to preprocess inputs or generate.
-_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
-    "tokenizer.model",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "feature_extractor_config.json",
-    "image_processor_config.json",
-    "chat_template.jinja",
-)
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # Tasks whose inputs are images or audio, sized by a processor config.
 _IMAGE_AUDIO_TASKS = frozenset(
@@ -76,6 +55,9 @@ _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
     """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
+        raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)
@@ -100,7 +82,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if weights > settings.external_data_threshold:
         for comp in components:
             _externalize(comp.path)
-    _copy_side_files(ckpt.path, Path(out_dir))
+    _copy_side_files(sides, Path(out_dir))
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
 
 
@@ -198,12 +180,13 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     main_config, models_and_configs = _submodels(ckpt, model, task)
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
+    as_loaded = ModuleState(model)
     export_models(
         models_and_onnx_configs=models_and_configs,
         output_dir=onnx_dir,
         opset=opset,
         output_names=subpaths,
-        input_shapes={**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)},
+        input_shapes={**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)},
         device="cpu",
         dtype="fp32",
     )
@@ -217,10 +200,18 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         for name in _UNMERGED:
             onnx_graph.delete(onnx_dir / name)
     components = [
-        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module)
+        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
         for sub, (module, config) in by_file.items()
     ]
     return components, {"exporter": "optimum"}
+
+
+def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
+    """optimum's default dummy shapes as this checkpoint's processor and config have them (filterbank frames)."""
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+
+    batch, seq = DEFAULT_DUMMY_SHAPES["batch_size"], DEFAULT_DUMMY_SHAPES["sequence_length"]
+    return shape_kwargs(ckpt.path, config, batch, seq, DEFAULT_DUMMY_SHAPES["audio_sequence_length"])
 
 
 def _submodels(ckpt: Checkpoint, model: Any, task: str) -> tuple[Any, dict[str, tuple[Any, Any]]]:
@@ -272,6 +263,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     # and sending torch.onnx through its slower fallback strategies; the axes get optimum's names after.
     dynamic_shapes = {n: {axis: torch.export.Dim.AUTO for axis in config.inputs[n]} for n in names}
     path = onnx_dir / "model.onnx"
+    as_loaded = ModuleState(model)
     with torch.no_grad(), config.patch_model_for_export(model):
         program = torch.onnx.export(
             model,
@@ -286,7 +278,8 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         )
     program.save(str(path), external_data=False)
     _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
-    return [Component(name="model", path=path, onnx_config=config, torch_module=model)], {"exporter": "torch"}
+    component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
+    return [component], {"exporter": "torch"}
 
 
 def _name_dynamic_axes(path: Path, axes: dict[str, dict[int, str]]) -> None:
@@ -328,11 +321,30 @@ def _externalize(path: Path) -> None:
     onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
 
 
-def _copy_side_files(src: Path, out_dir: Path) -> None:
+def _copy_side_files(sides: list[Path], out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
-    for name in _SIDE_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, out_dir / name)
+    for path in sides:
+        (out_dir / path.name).unlink(missing_ok=True)
+        shutil.copyfile(path, out_dir / path.name)  # the contents only: set_modes gives every artifact one mode
+
+
+def set_modes(out_dir: Path) -> None:
+    """Every artifact file gets mode 0644 less the umask (onnx writes external data 0600, copies kept any mode)."""
+    mode = 0o644 & ~_umask()
+    for path in Path(out_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for other threads meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:

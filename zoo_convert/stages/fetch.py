@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import stat
 import struct
 from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
-from ..sources import is_hub_id, is_local
+from ..sources import is_hub_id, is_local, side_files
 from . import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
 
 _PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
+# The safetensors format's own limit; a longer header is corrupt, and not worth reading into memory.
+_MAX_SAFETENSORS_HEADER = 100 * 1024**2
 
 
 def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
@@ -47,9 +50,11 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
         path = Path(entry.source).expanduser()
         if not path.is_dir():
             raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
+        side_files(path)  # refused before a byte of it is read: a side file linked out of the checkpoint
         resolved = folder_hash(path)
     else:
         path, resolved = download(entry, settings)
+        side_files(path)
     return _vet(path, resolved, entry)
 
 
@@ -119,15 +124,20 @@ def validate_repo_id(source: str) -> None:
 def folder_hash(path: Path) -> str:
     """Content hash of every file under ``path`` (names and bytes), stable across machines."""
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = f.relative_to(path).as_posix()
-        if rel.startswith(".cache/") or "/." in f"/{rel}":
-            continue
-        h.update(rel.encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\0")
+    current = path
+    try:
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            rel = f.relative_to(path).as_posix()
+            if rel.startswith(".cache/") or "/." in f"/{rel}":
+                continue
+            current = f
+            h.update(rel.encode() + b"\0")
+            with f.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+    except OSError as exc:  # unreadable, or a link to something that is no file (/proc/self/mem)
+        raise FetchError(f"{path}: cannot read {exc.filename or current}: {exc.strerror or exc}") from exc
     return "sha256:" + h.hexdigest()
 
 
@@ -233,8 +243,11 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder")
     try:
         config = json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FetchError(f"{entry.source}: config.json is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise FetchError(f"{entry.source}: cannot read config.json: {exc.strerror or exc}") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
+        raise FetchError(f"{entry.source}: config.json is not valid JSON: {type(exc).__name__}: {exc}") from exc
+    _check_config(config, entry)
     library = _library(path, config)
     model_type = config.get("model_type") or config.get("architecture") or ""
     if config.get("auto_map") and not entry.allow_remote_code:
@@ -256,6 +269,17 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         config=config,
         trust_remote_code=entry.allow_remote_code,
     )
+
+
+def _check_config(config: Any, entry: ManifestEntry) -> None:
+    """The fields fetch reads have the types transformers gives them, or the checkpoint is broken."""
+    if not isinstance(config, dict):
+        raise FetchError(f"{entry.source}: config.json holds a JSON {type(config).__name__}, not an object")
+    for key, want in (("model_type", str), ("architecture", str), ("architectures", list), ("auto_map", dict)):
+        if config.get(key) is not None and not isinstance(config[key], want):
+            raise FetchError(f"{entry.source}: config.json: {key} is a JSON {type(config[key]).__name__}, not a {want.__name__}")
+    if not all(isinstance(a, str) for a in config.get("architectures") or ()):
+        raise FetchError(f"{entry.source}: config.json: architectures holds something other than names")
 
 
 def _library(path: Path, config: dict[str, Any]) -> str:
@@ -314,21 +338,50 @@ def _check_tokenizer(path: Path, entry: ManifestEntry) -> None:
 
 def _check_safetensors(file: Path, entry: ManifestEntry) -> None:
     """Catch truncated or corrupt files before torch does, with a message that says which."""
-    size = file.stat().st_size
-    with file.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise FetchError(f"{entry.source}: {file.name} is truncated ({size} bytes, no header)")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise FetchError(f"{entry.source}: {file.name} is truncated (header of {n} bytes, file of {size})")
-        try:
-            header = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {exc}") from exc
-    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    try:
+        st = file.stat()
+        if not stat.S_ISREG(st.st_mode):  # checked before opening: opening a FIFO would wait for ever
+            raise FetchError(f"{entry.source}: {file.name} is not a regular file")
+        size = st.st_size
+        with file.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise FetchError(f"{entry.source}: {file.name} is truncated ({size} bytes, no header)")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise FetchError(f"{entry.source}: {file.name} is truncated (header of {n} bytes, file of {size})")
+            if n > _MAX_SAFETENSORS_HEADER:
+                raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {n} bytes long")
+            raw = fh.read(n)
+    except OSError as exc:
+        raise FetchError(f"{entry.source}: cannot read {file.name}: {exc.strerror or exc}") from exc
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
+        raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {type(exc).__name__}: {exc}") from exc
+    end = _tensors_end(header, f"{entry.source}: {file.name} has a corrupt header")
     if 8 + n + end != size:
         raise FetchError(f"{entry.source}: {file.name} is truncated: tensors need {8 + n + end} bytes, file has {size}")
+
+
+def _tensors_end(header: Any, corrupt: str) -> int:
+    """The end of the last tensor's bytes, from a header checked to be what the format says."""
+    if not isinstance(header, dict):
+        raise FetchError(f"{corrupt}: a JSON {type(header).__name__}, not an object")
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
+            raise FetchError(f"{corrupt}: tensor {name[:100]!r} has no valid data_offsets (two byte offsets)")
+        end = max(end, offsets[1])
+    return end
 
 
 def infer_task(config: dict[str, Any], model_type: str, library: str, source: str) -> str:

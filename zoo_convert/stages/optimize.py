@@ -40,7 +40,7 @@ import numpy as np
 import onnx
 
 from .. import fp16, onnx_graph
-from ..errors import FailureKind, OptimizeError, first_line, is_our_bug
+from ..errors import FailureKind, OptimizeError, first_line, is_our_bug, storage_fault
 from ..records import VARIANT_FILES, Settings
 from ..runtime import ort_session
 from . import Artifact, Component, ExportedModel
@@ -178,6 +178,8 @@ def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | No
     try:
         path, details = make()
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is recorded, not raised
+        if storage_fault(exc) is not None:
+            raise  # a full disk is no fault of this variant: the whole job is redone
         kind = FailureKind.INTERNAL if is_our_bug(exc) else FailureKind.OPTIMIZE_ERROR
         path, details = None, {"error": first_line(exc), "failure_kind": kind.value}
         if kind is FailureKind.INTERNAL:

@@ -2,10 +2,13 @@
 
 Inputs and the PyTorch reference come from :mod:`zoo_convert.runtime`, at every
 ``settings.verify_shapes`` (batch, sequence) pair rather than the export's dummy
-shape, so dynamic axes are exercised. Decoders run with a populated past (past
-length = sequence), and a merged decoder is checked on both of its branches.
-A variant that misses its tolerance raises :class:`NumericsMismatchError`, which
-carries every check for the record.
+shape, so dynamic axes are exercised, and at one long shape: batch 1 at the
+length the model is used at (:mod:`zoo_convert.shapes`), where models that
+compute differently past a length threshold show whether the graph kept the
+long path. Decoders run with a populated past (past length = sequence), and a
+merged decoder is checked on both of its branches. A variant that misses its
+tolerance raises :class:`NumericsMismatchError`, which carries every check for
+the record; one that missed it at the long shape only says so (``long inputs only``).
 
 A check can only fail when the reference can tell a right graph from a wrong one:
 :func:`inconclusive` names the outputs whose PyTorch values are constant, all zero
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import shapes
 from ..errors import NumericsMismatchError, VerifyError, is_our_bug
 from ..records import OutputCheck, Settings, Tolerance
 from ..runtime import Case, cases, feed_for, session_for
@@ -29,10 +33,7 @@ from . import Artifact, Component, ExportedModel
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
 
-# Raw-audio models see ``sequence * AUDIO_SAMPLES_PER_STEP`` samples at a verify shape.
-AUDIO_SAMPLES_PER_STEP = 1000
 FP16_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
-
 
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
     """Compare ``artifact`` against PyTorch at every verify shape; NumericsMismatchError when it misses its tolerance."""
@@ -40,23 +41,28 @@ def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> t
     if tol is None:
         raise VerifyError(f"no tolerance configured for variant {artifact.variant!r}")
     checks: list[OutputCheck] = []
+    at_long: dict[tuple[str, str], str] = {}  # (output, shape) checked at the long shape -> what its length counts
     peaks: dict[tuple[str, str], float] = {}
-    for comp, case in _cases(exported, settings):
-        got = _run_ort(session_for(exported, artifact, comp, settings), case, comp)
-        for name, ort_value in got.items():
+    for comp, case, long in _cases(exported, settings):
+        for name, ort_value in _run_ort(session_for(exported, artifact, comp, settings), case, comp).items():
             output = _recorded(exported, comp, name)
             checks.append(compare(output, case.label, case.reference[name], ort_value, tol))
             peaks[output, case.label] = _peak(case.reference[name])
+            if long:
+                at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
     failed = [c for c in checks if not c.passed]
     if failed:
         worst = max(failed, key=lambda c: (np.nan_to_num(c.max_abs, nan=np.inf), -c.cosine))
+        long_only = None
+        if all((c.output, c.shape) in at_long for c in failed):
+            long_only = f"{worst.shape} (batch x {at_long[worst.output, worst.shape]})"
         note = ""
         if artifact.variant == "fp16" and peaks[worst.output, worst.shape] < FP16_SMALLEST_NORMAL:
             note = (
                 f"; PyTorch's {worst.output} peaks at |x| = {peaks[worst.output, worst.shape]:.3g}, below"
                 f" float16's smallest normal value {FP16_SMALLEST_NORMAL:.3g}: fp16 cannot carry these outputs"
             )
-        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks), note=note)
+        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks), long_only=long_only, note=note)
     return tuple(checks)
 
 
@@ -68,7 +74,9 @@ def inconclusive(exported: ExportedModel, settings: Settings) -> str | None:
     inconclusive: a graph that computed nothing would have matched it.
     """
     values: dict[str, list[np.ndarray]] = {}
-    for comp, case in _cases(exported, settings):
+    labels: list[str] = []
+    for comp, case, _ in _cases(exported, settings):
+        labels += [] if case.label.split("/")[0] in labels else [case.label.split("/")[0]]
         for name in case.outputs:
             ref = np.asarray(case.reference[name], dtype=np.float64).ravel()
             values.setdefault(_recorded(exported, comp, name), []).append(ref)
@@ -84,20 +92,22 @@ def inconclusive(exported: ExportedModel, settings: Settings) -> str | None:
             found.append(f"{output} is constant ({finite[0]:.6g})")
     if not found:
         return None
-    shapes = ", ".join(f"{b}x{s}" for b, s in settings.verify_shapes)
     return (
-        f"inconclusive: PyTorch's {'; '.join(found)} at every verify input ({shapes}),"
+        f"inconclusive: PyTorch's {'; '.join(found)} at every verify input ({', '.join(labels)}),"
         " so matching it proves nothing"
     )
 
 
-def _cases(exported: ExportedModel, settings: Settings) -> Iterator[tuple[Component, Case]]:
-    """Every component's cases at every verify shape (one per branch of a merged decoder)."""
+def _cases(exported: ExportedModel, settings: Settings) -> Iterator[tuple[Component, Case, bool]]:
+    """(component, case, at the long shape) at every verify shape, one case per branch of a merged decoder."""
     for comp in exported.components:
-        for batch, seq in settings.verify_shapes:
-            found = cases(exported, comp, batch, seq, settings, audio_samples=seq * AUDIO_SAMPLES_PER_STEP)
-            for case in found.values():
-                yield comp, case
+        done: set[str] = set()
+        for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
+            found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)
+            # A whisper encoder's long shape is its 30 s window again: checked once.
+            for case in (c for c in found.values() if c.label not in done):
+                done.add(case.label)
+                yield comp, case, shape.long
 
 
 def _recorded(exported: ExportedModel, comp: Component, name: str) -> str:

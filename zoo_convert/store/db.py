@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from ..errors import StoreError, UsageError
+from ..errors import FailureKind, StoreError, UsageError
 from ..records import FAILED, ConversionResult, VariantResult
 from .schema import LATEST_VERSION, MIGRATIONS, SCHEMA_MIGRATIONS
 
@@ -73,6 +73,10 @@ class ResultStore:
         con = _open(self.path, self.read_only, self.lock_timeout_s)
         try:
             yield con
+        except duckdb.Error as exc:
+            if not _unreadable(exc):
+                raise
+            raise StoreError(_unreadable_message(self.path, exc)) from exc
         finally:
             con.close()
 
@@ -127,6 +131,16 @@ class ResultStore:
                 {"ref": ref},
             ).fetchone()
         return (row[0], row[1]) if row else None
+
+    def abandon_runs(self) -> list[str]:
+        """Mark every run still ``running`` as ``abandoned`` and return their ids.
+
+        Only for the holder of the run lock (store/lock.py): no other run is live then, so
+        such a run's driver was killed before it could say how the run ended.
+        """
+        with self._transaction() as con:
+            rows = con.execute("UPDATE runs SET status = 'abandoned' WHERE status = 'running' RETURNING run_id").fetchall()
+        return [r for (r,) in rows]
 
     def record(self, run_id: str, job_key: str, result: ConversionResult) -> None:
         """Write one job's result rows, verification rows and op census in one transaction."""
@@ -205,16 +219,36 @@ class ResultStore:
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
         """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed.
 
-        An inconclusive result is not a failure to retry: the same checkpoint, settings and toolchain
-        (what the key is made of) give the same reference again, so only ``--force`` redoes it.
+        A job whose latest result has a kind that is not terminal (a full disk, no GPU: the
+        machine's fault) is left out, so the next run redoes it. An inconclusive result is not a
+        failure to retry: the same checkpoint, settings and toolchain (what the key is made of)
+        give the same reference again, so only ``--force`` redoes it.
+        """
+        redo = [k.value for k in FailureKind if not k.terminal]
+        with self.connect() as con:
+            rows = con.execute(
+                "WITH r AS (SELECT job_key, job_seq, job_status,"
+                " list_contains(?, coalesce(failure_kind, '')) AS redo FROM results)"
+                " SELECT job_key FROM r GROUP BY job_key"
+                # the latest job's rows, one of them not terminal first: its redo decides
+                " HAVING (? OR arg_max(job_status, job_seq) IN ('passed', 'inconclusive'))"
+                " AND NOT arg_max(redo, job_seq * 2 + redo::INT)",
+                [redo, include_failed],
+            ).fetchall()
+        return {k for (k,) in rows}
+
+    def timeouts(self) -> dict[str, float | None]:
+        """Job keys whose latest result is a ``timeout``, with the hard timeout it ran under (None: unknown).
+
+        Rows written before ``results.timeout_s`` existed fall back to their run's ``--timeout``.
         """
         with self.connect() as con:
             rows = con.execute(
-                "SELECT job_key FROM results GROUP BY job_key"
-                " HAVING ? OR arg_max(job_status, job_seq) IN ('passed', 'inconclusive')",
-                [include_failed],
+                "SELECT job_key, arg_max(coalesce(r.timeout_s, TRY_CAST(runs.settings ->> '$.timeout_s' AS DOUBLE)), job_seq)"
+                " FROM results r JOIN runs USING (run_id) GROUP BY job_key"
+                " HAVING arg_max(failure_kind, job_seq) = 'timeout'"
             ).fetchall()
-        return {k for (k,) in rows}
+        return dict(rows)
 
 
     def last_durations(self) -> dict[tuple[str, str | None, int | None], float]:
@@ -254,6 +288,7 @@ def result_rows(
         **{f"{name}_s": s for name, s in job_seconds.items()},
         "peak_mem_mb": max(peaks) if peaks else None,
         "attempts": result.attempts,
+        "timeout_s": result.timeout_s,
         "node": result.node,
         "manifest_row": result.row,
         "tags": list(result.tags),
@@ -337,9 +372,22 @@ def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = N
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    columns = list(rows[0])
+    # Every row's columns: a job that failed before any variant has fewer than one with variants.
+    columns = list(dict.fromkeys(c for row in rows for c in row))
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-    con.executemany(sql, [[row[c] for c in columns] for row in rows])
+    con.executemany(sql, [[row.get(c) for c in columns] for row in rows])
+
+
+def _unreadable(exc: duckdb.Error) -> bool:
+    """DuckDB says the file itself is bad (truncated, a checksum mismatch), not the SQL sent to it."""
+    return type(exc) is duckdb.Error or isinstance(
+        exc, (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
+    )
+
+
+def _unreadable_message(path: Path, exc: duckdb.Error) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"cannot use {path}: {first} (a corrupt or truncated file: restore it from a backup)"
 
 
 def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
@@ -350,8 +398,8 @@ def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPy
         config = {} if read_only or path.exists() else {"storage_compatibility_version": STORAGE_VERSION}
         try:
             return duckdb.connect(str(path), read_only=read_only, config=config)
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
+        except duckdb.Error as exc:
+            if not isinstance(exc, duckdb.IOException) or "lock" not in str(exc).lower():
                 raise StoreError(f"cannot open {path}: {exc}") from exc
             if time.monotonic() >= deadline:
                 raise StoreError(

@@ -233,6 +233,13 @@ CREATE UNIQUE INDEX runs_name ON runs (name);
 """
 
 
+# The hard timeout a farm job ran under: a timeout is redone when a later run allows longer.
+# The views are made again: DuckDB 1.x keeps a view's column types and refuses a view over
+# ``results.*`` once the table has grown a column ("Contents of view were altered").
+_RESULTS_TIMEOUT = "ALTER TABLE results ADD COLUMN timeout_s DOUBLE;\n" + _VIEWS.replace(
+    "CREATE VIEW", "CREATE OR REPLACE VIEW"
+)
+
 # One cause, one signature: a message also names the model it failed on, by its model type
 # (``llama for task``, ``(t5)``, ``M2M100Embeddings``: any case, ``-``/``_`` or nothing between
 # the parts) and by its source (a hub id or a folder). Both are the row's own columns, so
@@ -313,8 +320,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "views", _SIGNATURE_MACRO + _VIEWS),
     Migration(3, "publications", _PUBLICATIONS),
     Migration(4, "run names", _RUN_NAMES),
-    Migration(5, "signatures by cause", _SIGNATURES_BY_CAUSE),
-    Migration(6, "inconclusive cells", _INCONCLUSIVE_CELLS),
+    Migration(5, "results.timeout_s", _RESULTS_TIMEOUT),
+    Migration(6, "signatures by cause", _SIGNATURES_BY_CAUSE),
+    Migration(7, "inconclusive cells", _INCONCLUSIVE_CELLS),
 )
 
 SCHEMA_MIGRATIONS = """

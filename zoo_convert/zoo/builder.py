@@ -191,6 +191,13 @@ def _whisper_processor(config: Any, tokenizer: Any) -> Any:
     return WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer)
 
 
+def _speech2text_extractor(config: Any, tokenizer: Any) -> Any:
+    from transformers import Speech2TextFeatureExtractor
+
+    bins = config.input_feat_per_channel
+    return Speech2TextFeatureExtractor(feature_size=bins, num_mel_bins=bins, sampling_rate=16000)
+
+
 _PROCESSORS = {
     "vit": _vit_processor,
     "convnext": _convnext_processor,
@@ -201,6 +208,7 @@ _PROCESSORS = {
     "wav2vec2": _wav2vec2_extractor,
     "wav2vec2-ctc": _wav2vec2_ctc_processor,
     "whisper": _whisper_processor,
+    "speech2text": _speech2text_extractor,
 }
 
 

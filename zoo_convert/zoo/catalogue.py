@@ -27,6 +27,8 @@ IMAGE_SIZE = 32
 # Whisper's encoder takes a fixed number of mel frames; optimum's dummy input has 3000 (30 s at hop 160).
 WHISPER_FRAMES = 3000
 WHISPER_MEL_BINS = 16
+# Filterbank channels of the Speech2Text-style model (its extractor's num_mel_bins).
+FBANK_BINS = 16
 # Character vocabulary of the CTC head (wav2vec2).
 CTC_VOCAB = ("<pad>", "<s>", "</s>", "<unk>", "|", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ'")
 
@@ -107,11 +109,13 @@ _BART = dict(
     decoder_ffn_dim=64,
     max_position_embeddings=128,
 )
+# A real wav2vec2's feature encoder strides 320 samples (50 frames a second); so does this
+# one, so that 10 s of audio (verify's long shape) stays 500 frames, not a 16,000-frame attention.
 _SPEECH = dict(
     _LAYERS,
-    conv_dim=(16, 16),
-    conv_stride=(5, 2),
-    conv_kernel=(10, 3),
+    conv_dim=(16, 16, 16),
+    conv_stride=(5, 8, 8),
+    conv_kernel=(10, 8, 8),
     num_conv_pos_embeddings=16,
     num_conv_pos_embedding_groups=2,
 )
@@ -421,6 +425,64 @@ ZOO: tuple[ZooModel, ...] = (
         "data2vec-audio",
         {**_SPEECH, "conv_pos_kernel_size": 5, "num_conv_pos_embeddings": 5},
         processor="wav2vec2",
+    ),
+    # Verified at their length thresholds (issue 17) and filterbank speech (issue 13).
+    # Speech2Text-style: 10 ms filterbank frames from its feature extractor, not raw audio.
+    ZooModel(
+        "speech-to-text",
+        "encoder-decoder",
+        "automatic-speech-recognition-with-past",
+        "speech_to_text",
+        dict(
+            {k: v for k, v in _BART.items() if k != "max_position_embeddings"},
+            max_source_positions=1500,
+            max_target_positions=64,
+            num_conv_layers=2,
+            conv_kernel_sizes=(5, 5),
+            conv_channels=32,
+            input_feat_per_channel=FBANK_BINS,
+        ),
+        t5_unigram("PreTrainedTokenizerFast"),
+        processor="speech2text",
+        token_ids={"decoder_start_token_id": "</s>"},
+    ),
+    # Block-sparse attention above (5 + 2 * 1) * 8 = 56 tokens; at or below that BigBird
+    # switches itself to full attention for good, and an export traced at 16 tokens keeps it.
+    ZooModel(
+        "bigbird",
+        "encoder",
+        "fill-mask",
+        "big_bird",
+        {**_ENC, "attention_type": "block_sparse", "block_size": 8, "num_random_blocks": 1},
+        bert_unigram("BigBirdTokenizerFast"),
+    ),
+    # Every layer attends to the last 40 positions only: more than the short verify shapes
+    # (19 past + 19 new) and the export's dummy (16 + 16) reach, less than the long shape.
+    ZooModel(
+        "qwen2-sliding-window",
+        "decoder",
+        "text-generation-with-past",
+        "qwen2",
+        {**_DEC, "use_sliding_window": True, "sliding_window": 40, "max_window_layers": 0},
+        gpt2_bpe("Qwen2TokenizerFast", pad_token="<|endoftext|>"),
+    ),
+    # Long-context rope: the long factors apply past 48 positions; the short shapes stay below.
+    ZooModel(
+        "phi3-longrope",
+        "decoder",
+        "text-generation-with-past",
+        "phi3",
+        {
+            **_DEC,
+            "num_key_value_heads": 2,
+            "original_max_position_embeddings": 48,
+            "rope_scaling": {
+                "type": "longrope",
+                "short_factor": [1.0] * 8,
+                "long_factor": [1.0 + i / 2 for i in range(8)],
+            },
+        },
+        llama_bpe(pad_token="<unk>"),
     ),
     # Coverage: a family each that the farm once got wrong (issue 13), and more architectures.
     # A vision encoder with a text decoder: its merged decoder wraps the decoder's own config.
