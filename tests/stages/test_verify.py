@@ -227,7 +227,9 @@ def test_every_merged_decoder_verifies_both_branches(zoo_export, name: str) -> N
     checks = verify(ex, fp32(ex), SETTINGS)
     assert all(c.passed for c in checks)
     decoder_shapes = {c.shape for c in checks if c.output.startswith("decoder_model_merged/")}
-    assert decoder_shapes == {"1x7/no-cache", "1x7/cache", "3x19/no-cache", "3x19/cache"}
+    lengths = {shape.split("/")[0] for shape in decoder_shapes}
+    assert {"1x7", "3x19"} <= lengths  # and the long shape
+    assert decoder_shapes == {f"{n}/{branch}" for n in lengths for branch in ("no-cache", "cache")}
     # The first step as ORTModel and transformers.js run it: use_cache_branch off, every past empty.
     first = cases(ex, merged, 3, 19, SETTINGS, audio_samples=19 * AUDIO_SAMPLES_PER_STEP)[Branch.NO_CACHE]
     past = {k: v for k, v in first.feed.items() if k.startswith("past_key_values")}
