@@ -119,6 +119,7 @@ _SPEECH = dict(
     num_conv_pos_embeddings=16,
     num_conv_pos_embedding_groups=2,
 )
+_T5 = dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2)
 _TINY_RESNET = dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
 # DETR-style detectors: a resnet backbone, then a transformer encoder and decoder over object queries.
 _DETR = dict(
@@ -267,7 +268,7 @@ ZOO: tuple[ZooModel, ...] = (
         "encoder-decoder",
         "text2text-generation-with-past",
         "t5",
-        dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2),
+        _T5,
         t5_unigram(extra_ids=0),
         token_ids={"decoder_start_token_id": "<pad>"},
     ),
@@ -511,7 +512,7 @@ ZOO: tuple[ZooModel, ...] = (
         "encoder-decoder",
         "text2text-generation-with-past",
         "mt5",
-        dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2),
+        _T5,
         t5_unigram(extra_ids=0),
         token_ids={"decoder_start_token_id": "<pad>"},
     ),
