@@ -184,7 +184,8 @@ def main() -> int:
     print(machine())
     with tempfile.TemporaryDirectory(prefix="bench-zoo-") as tmp:
         work = args.keep or Path(tmp)
-        rows = zoo_job_rows(args, work)
+        # The loop runs optimum-cli on every row: the farm exports with optimum too (the zoo's torch row would not).
+        rows = [{**r, "exporter": "optimum"} for r in zoo_job_rows(args, work)]
 
         fp32_rows = [{**r, "variants": ["fp32"]} for r in rows]
         tries = []

@@ -274,3 +274,73 @@ def test_a_numerics_mismatch_is_recorded_with_every_check(zoo_dir: Path, tmp_pat
     worst = max(fp32.outputs, key=lambda o: o.max_abs)
     assert fp32.max_abs == worst.max_abs and f"worst {worst.output} at {worst.shape}" in fp32.message
     assert "(tolerance 0)" in fp32.message and fp32.traceback is None  # data, not a crash
+
+
+@pytest.fixture(scope="module")
+def zero_logits_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The zoo's MobileViT at its default initialisation: its logits are exactly 0 for every image."""
+    from zoo_convert import zoo
+
+    spec = next(m for m in zoo.ZOO if m.name == "mobilevit")
+    config = {k: v for k, v in spec.config.items() if k != "initializer_range"}
+    folder = tmp_path_factory.mktemp("zero-logits") / "mobilevit-zero"
+    zoo.build_model(replace(spec, name=folder.name, config=config), folder)
+    return folder
+
+
+def test_a_pass_that_proves_nothing_is_recorded_inconclusive(zero_logits_dir: Path, tmp_path: Path) -> None:
+    """Every variant "passed" with max abs 0 and cosine 1.0: now inconclusive, in the record and in the DB."""
+    from zoo_convert.store import ResultStore
+    from zoo_convert.store.queries import format_status, status
+
+    entry = ManifestEntry(source=str(zero_logits_dir), task="image-classification", variants=("fp32", "int8"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), benchmark=False))
+    assert result.status == "inconclusive" and not result.passed and not result.partial
+    assert result.failure_kind is None and "logits is all zero at every verify input" in result.message
+    assert {v.variant: v.status for v in result.variants} == {"fp32": "inconclusive", "int8": "inconclusive"}
+    assert result.variant("fp32").max_abs == 0.0  # the numbers are kept: they are what proves nothing
+    with ResultStore(tmp_path / "results.duckdb") as store:
+        store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+        store.record("r", "k", result)
+        store.finish_run("r")
+        with store.connect() as con:
+            cells = con.execute("SELECT variant, passed, inconclusive, pass_rate FROM compat_matrix ORDER BY 1").fetchall()
+            counts = con.execute("SELECT n_jobs, n_passed, n_failed FROM runs").fetchone()
+        assert cells == [("fp32", 0, 1, 0.0), ("int8", 0, 1, 0.0)]
+        assert counts == (1, 0, 0)
+        # Not a failure to retry: the same key gives the same reference; --force redoes it.
+        assert store.terminal_keys(include_failed=False) == {"k"}
+        info = status(store)
+    assert (info["converted"], info["inconclusive"], info["not_converted"]) == (0, 1, 0)
+    assert "inconclusive   1 (the PyTorch reference proves nothing" in format_status(info)
+
+
+def test_outputs_below_float16s_range_fail_fp16_saying_why(zoo_dir: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForImageClassification
+
+    src = tmp_path / "vit-tiny-logits"
+    model = AutoModelForImageClassification.from_pretrained(zoo_dir / "vit")
+    with torch.no_grad():
+        model.classifier.weight.mul_(1e-6)
+        model.classifier.bias.mul_(1e-6)
+    model.save_pretrained(src)
+    (src / "preprocessor_config.json").write_bytes((zoo_dir / "vit" / "preprocessor_config.json").read_bytes())
+    entry = ManifestEntry(source=str(src), task="image-classification", variants=("fp32", "fp16"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), benchmark=False))
+    assert result.passed and result.variant("fp32").status == "passed"
+    fp16 = result.variant("fp16")
+    assert (fp16.status, fp16.failure_kind) == ("failed", "verify_numerics")
+    assert "below float16's smallest normal value 6.1e-05: fp16 cannot carry these outputs" in fp16.message
+
+
+def test_a_broken_tokenizer_fails_the_fetch_instead_of_passing_on_random_ids(zoo_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    src = tmp_path / "bert"
+    shutil.copytree(zoo_dir / "bert", src)
+    (src / "tokenizer.json").write_text((src / "tokenizer.json").read_text()[:500])
+    result = convert_one(ManifestEntry(source=str(src), task="fill-mask"), Settings(out_dir=str(tmp_path / "out")))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "fetch_error", "fetch")
+    assert "tokenizer.json cannot be loaded" in result.message
+    assert result.variants == () and result.artifacts_dir is None  # nothing made, nothing to publish

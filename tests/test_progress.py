@@ -70,3 +70,20 @@ def test_the_failure_list_stops_at_twenty_and_counts_the_rest() -> None:
     listed = lines[lines.index("failed (32):") + 1:]
     assert len(listed) == MAX_LISTED + 1 and report.n_failures == 32
     assert listed[-1].startswith("  ... and 12 more: zoo-convert db query") and "run_id = 'r1'" in listed[-1]
+
+
+def test_an_inconclusive_job_is_neither_converted_nor_a_failure() -> None:
+    why = "fp32: inconclusive: PyTorch's logits is all zero at every verify input (1x7, 3x19), so matching it proves nothing"
+    zero = ConversionResult(
+        source="zoo/mobilevit-zero", status="inconclusive", message=why,
+        variants=(VariantResult(variant="fp32", status="inconclusive", message=why[6:]),),
+    )
+    out = io.StringIO()
+    report = _feed(Progress(out, live=False), [zero])
+    lines = out.getvalue().splitlines()
+    assert lines[3].startswith("[3/3] inconclusive") and "zoo/mobilevit-zero" in lines[3]
+    assert lines[5].split() == "converted 1 of 3 models (fp32 verified), 1 partial (a variant failed)".split()
+    assert lines[7] == "inconclusive (1, neither converted nor failed):"
+    assert lines[8] == f"  zoo/mobilevit-zero  {why}"
+    assert lines[9].split() == "failures optimize_error 1, timeout 1".split() and lines[10] == "failed (2):"
+    assert report.n_failures == 2 and report.by_status["inconclusive"] == 1

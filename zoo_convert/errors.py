@@ -190,6 +190,7 @@ class NumericsMismatchError(VerifyError):
         checks: every output check of the variant, passed or not, for the record.
         long_only: where it diverged (``1x128 (batch x tokens)``) when every short shape
             passed and only the long one failed; the message then starts with LONG_INPUTS_ONLY.
+        note: appended to the message: why the variant could not meet it, where that is known.
     """
 
     kind = FailureKind.VERIFY_NUMERICS
@@ -201,13 +202,14 @@ class NumericsMismatchError(VerifyError):
         tolerance: Tolerance,
         checks: tuple[OutputCheck, ...],
         long_only: str | None = None,
+        note: str = "",
     ) -> None:
         failed = sum(not c.passed for c in checks)
         where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
         super().__init__(
             f"{where}{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
             f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
-            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
+            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}{note}"
         )
         self.worst = worst
         self.tolerance = tolerance

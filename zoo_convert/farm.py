@@ -56,7 +56,7 @@ from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
 from .pipeline import convert_one
 from .plan import InvalidRow, Job, keyed_jobs, make_plan
-from .records import PASSED, ConversionResult, ManifestEntry, Settings
+from .records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
 from .stages.fetch import download, is_local
 from .store.db import ResultStore
 from .store.lock import run_lock
@@ -105,11 +105,13 @@ class FarmReport:
         skipped: those already answered in the DB.
         recorded: results written by this run.
         ray_started: whether the run needed Ray at all.
-        by_status: recorded jobs by status (passed: converted, the fp32 artifact verified).
+        by_status: recorded jobs by status (passed: converted, the fp32 artifact verified;
+            inconclusive: verified against a PyTorch reference that proves nothing).
         partial: converted jobs in which another variant failed.
         variants / variants_verified: variant artifacts made, and those that verified.
         by_kind: failures by kind, a failed job's and each failed variant of a converted job.
         failures: the first ``MAX_LISTED`` of those failures; n_failures counts them all.
+        inconclusive: the first ``MAX_LISTED`` inconclusive jobs (not failures, not passes).
         retries: resubmissions after transient failures.
         unresolved: hub ids the Hub could not resolve yet; at the end, those left for the next run (nothing recorded).
         seconds: wall time of the run.
@@ -128,6 +130,7 @@ class FarmReport:
     by_kind: Counter = field(default_factory=Counter)
     failures: list[FailureLine] = field(default_factory=list)
     n_failures: int = 0
+    inconclusive: list[FailureLine] = field(default_factory=list)
     retries: int = 0
     unresolved: int = 0
     seconds: float = 0.0
@@ -144,6 +147,10 @@ class FarmReport:
         self.partial += result.partial
         self.variants += len(result.variants)
         self.variants_verified += sum(v.status == PASSED for v in result.variants)
+        if result.status == INCONCLUSIVE:
+            if len(self.inconclusive) < MAX_LISTED:
+                self.inconclusive.append(FailureLine(result.source, None, INCONCLUSIVE, "verify", result.message))
+            return
         lines = [] if result.passed else [
             FailureLine(result.source, None, result.failure_kind or "unknown", result.stage or "job", result.message)]
         if result.passed:
@@ -538,6 +545,7 @@ class Progress:
         opset = result.opset_requested if result.opset_requested is not None else "default"
         # a model converts on fp32; a variant that failed beside it makes it partial, named in the log
         what = ("partial" if result.partial else result.status) if result.passed else f"{result.status} {result.failure_kind}"
+        what = INCONCLUSIVE if result.status == INCONCLUSIVE else what
         broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
             f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
@@ -568,6 +576,10 @@ class Progress:
         self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
                    " (a variant failed)")
         self._line(f"  variants   {report.variants_verified} of {report.variants} verified")
+        if report.by_status.get(INCONCLUSIVE):
+            self._line(f"inconclusive ({report.by_status[INCONCLUSIVE]}, neither converted nor failed):")
+            for line in report.inconclusive:
+                self._line(f"  {line.source}  {line.message}")
         if not report.n_failures:
             return
         self._line("  failures   " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_kind.items())))
@@ -585,7 +597,7 @@ class Progress:
         done, elapsed = report.recorded, time.monotonic() - self.t0
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = (self.todo - done) / rate if rate > 0 else float("nan")
-        failed = done - report.by_status.get(PASSED, 0)
+        failed = done - report.by_status.get(PASSED, 0) - report.by_status.get(INCONCLUSIVE, 0)
         eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta == eta else "--:--:--"
         self.stream.write(
             f"\r{done}/{self.todo} done  {failed} failed  {self.running} running"

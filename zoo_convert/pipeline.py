@@ -22,6 +22,7 @@ from pathlib import Path
 from .errors import FailureKind, FetchError, NumericsMismatchError, ZooConvertError, first_line, storage_fault
 from .records import (
     FAILED,
+    INCONCLUSIVE,
     PASSED,
     ConversionResult,
     ManifestEntry,
@@ -95,13 +96,16 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
     try:
         with run.stage("verify", variant=artifact.variant):
             base = _checked(base, verify.verify(exported, artifact, settings))
+            why = verify.inconclusive(exported, settings)
+        status = PASSED if why is None else INCONCLUSIVE
+        base = replace(base, message=why)
         if not settings.benchmark:
-            return replace(base, status=PASSED)
+            return replace(base, status=status)
         with run.stage("benchmark", variant=artifact.variant):
             lat = benchmark.benchmark(exported, artifact, settings)
         return replace(
             base,
-            status=PASSED,
+            status=status,
             ort_p50_ms=lat.ort_p50_ms,
             ort_p90_ms=lat.ort_p90_ms,
             torch_p50_ms=lat.torch_p50_ms,
@@ -228,6 +232,9 @@ class _Run:
                 "message": f"{bad.variant}: {bad.message}",
                 "traceback": bad.traceback,
             }
+        if status == INCONCLUSIVE:
+            why = next(v for v in self.variants if v.status == INCONCLUSIVE)
+            failure = {"message": f"{why.variant}: {why.message}"}
         return ConversionResult(
             source=entry.source,
             status=status,
@@ -249,11 +256,14 @@ class _Run:
 
 
 def _status(entry: ManifestEntry, variants: list[VariantResult]) -> str:
-    """fp32 decides when it was asked for; otherwise every variant must pass."""
+    """fp32 decides when it was asked for; otherwise every variant must pass (or be inconclusive, then so is the job)."""
     by_name = {v.variant: v for v in variants}
     if "fp32" in by_name:
         return by_name["fp32"].status
-    return PASSED if variants and all(v.status == PASSED for v in variants) else FAILED
+    statuses = {v.status for v in variants}
+    if not variants or FAILED in statuses:
+        return FAILED
+    return INCONCLUSIVE if INCONCLUSIVE in statuses else PASSED
 
 
 def quiet_libraries() -> None:

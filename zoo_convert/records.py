@@ -54,6 +54,9 @@ def variant_of(filename: str) -> str | None:
 
 PASSED = "passed"
 FAILED = "failed"
+# Verified without a failure against a PyTorch reference that cannot tell a right graph
+# from a wrong one (constant, all zero or non-finite at every verify input): not a pass.
+INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,8 @@ class VariantResult:
 
     Attributes:
         variant: fp32, fp16, int8, uint8 or q4.
-        status: passed or failed.
+        status: passed, failed or inconclusive (no check failed, but the reference proves nothing;
+            ``message`` says why).
         file: path relative to the model's artifact folder (``onnx/model.onnx``); the first of the variant's names
             (int8: ``onnx/model_quantized.onnx``, hard-linked as ``onnx/model_int8.onnx``).
         size_bytes: the .onnx file plus its external data.
@@ -264,8 +268,10 @@ class ConversionResult:
         source / revision / task / exporter / opset_requested: the job as asked.
         resolved_revision: hub commit sha or ``sha256:`` content hash of a local folder.
         model_type / library: from the checkpoint's config.
-        status: passed when the fp32 artifact (or, without fp32, every variant) verified.
-        failure_kind / stage / message / traceback: the first failure, if any.
+        status: passed when the fp32 artifact (or, without fp32, every variant) verified;
+            inconclusive when it is inconclusive (see VariantResult), failed otherwise.
+        failure_kind / stage / message / traceback: the first failure, if any (an inconclusive
+            job has only the message, saying why).
         opset / ir_version / node_count / op_census: facts of the exported fp32 graph.
         stages: per-stage timings and details.
         variants: per-artifact results.

@@ -29,12 +29,12 @@ def summary(result: ConversionResult) -> str:
             cells.append(f"max_abs={v.max_abs:.2e} cos={v.min_cosine:.5f}")
         if v.ort_p50_ms is not None:
             cells.append(f"ort p50={v.ort_p50_ms:.2f}ms torch p50={v.torch_p50_ms:.2f}ms speedup={v.speedup:.2f}x")
-        elif v.status == "passed":
+        elif v.status in ("passed", "inconclusive"):
             cells.append("latency not measured")  # --no-benchmark
         if v.size_bytes is not None:
             cells.append(f"{v.size_bytes / 1e6:.1f} MB")
         if v.message:
-            cells.append(f"— {v.failure_kind}: {v.message}")
+            cells.append(f"— {v.failure_kind}: {v.message}" if v.failure_kind else f"— {v.message}")
         lines.append("  ".join(cells))
     if result.artifacts_dir:
         lines.append(f"  artifacts: {result.artifacts_dir}")

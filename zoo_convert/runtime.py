@@ -199,22 +199,36 @@ def _branches(config: OnnxConfig) -> list[tuple[Branch, OnnxConfig, tuple[str, .
     """(branch, config, outputs to check) per branch: a merged decoder is two graphs in one."""
     if not getattr(config, "is_merged", False):
         return [(Branch.WHOLE, config, tuple(config.outputs))]
-    no_cache = copy.copy(config)
-    no_cache.use_cache_branch = False
-    with_cache = copy.copy(config)
-    with_cache.use_cache_branch = True
     # The cache branch's outputs are those of the decoder-with-past graph before
     # merging; the merge pads the rest (the constant cross-attention cache) with placeholders.
-    unmerged = copy.copy(config)
-    unmerged.is_merged = False
-    return [(Branch.NO_CACHE, no_cache, tuple(config.outputs)), (Branch.CACHE, with_cache, tuple(unmerged.outputs))]
+    unmerged = _branch_config(config, is_merged=False)
+    return [
+        (Branch.NO_CACHE, _branch_config(config, use_cache_branch=False), tuple(config.outputs)),
+        (Branch.CACHE, _branch_config(config, use_cache_branch=True), tuple(unmerged.outputs)),
+    ]
+
+
+def _branch_config(config: OnnxConfig, **flags: bool) -> OnnxConfig:
+    """A copy of a merged decoder's config with ``flags`` set, on its wrapped decoder config too.
+
+    Composite encoder-decoders (vision-encoder-decoder) delegate input generation to
+    ``_decoder_onnx_config``: a flag set on the outer copy alone would generate the
+    other branch's inputs.
+    """
+    branch = copy.copy(config)
+    for name, value in flags.items():
+        setattr(branch, name, value)
+    inner = getattr(config, "_decoder_onnx_config", None)
+    if inner is not None and hasattr(inner, "is_merged"):
+        branch._decoder_onnx_config = _branch_config(inner, **flags)
+    return branch
 
 
 def _clamp_sequence(config: OnnxConfig, seq: int) -> int:
     """Keep sequence (+ an equally long past) within the model's position table."""
     model_config = getattr(config, "_config", None)
-    # Multimodal configs (CLIP, OWL-ViT) keep the text position table in text_config.
-    scopes = [model_config, getattr(model_config, "text_config", None)]
+    # Multimodal configs (CLIP, OWL-ViT) keep the text position table in text_config, vision-encoder-decoder in decoder.
+    scopes = [model_config, getattr(model_config, "text_config", None), getattr(model_config, "decoder", None)]
     limits = [
         getattr(scope, name)
         for scope in scopes
@@ -238,7 +252,7 @@ def _make_case(
 ) -> Case:
     import torch
 
-    with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]):
+    with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
         _use_real_text(exported, config, inputs)
@@ -253,10 +267,41 @@ def _make_case(
             if is_our_bug(exc):
                 raise
             raise VerifyError(f"PyTorch forward of {comp.name} at {label} failed: {type(exc).__name__}: {exc}") from exc
-        onnx_names = [i.name for i in graph_inputs(exported, comp)]
-        feed_inputs = config.generate_dummy_inputs_for_validation(dict(inputs), onnx_names)
+        specs = graph_inputs(exported, comp)
+        feed_inputs = config.generate_dummy_inputs_for_validation(dict(inputs), [i.name for i in specs])
     feed = _flatten_inputs(config, feed_inputs)
+    if branch is Branch.NO_CACHE:
+        feed.update(_empty_past(specs, feed, kwargs["batch_size"]))
     return Case(label, branch, torch_inputs, feed, _flatten_outputs(config, result), outputs, config)
+
+
+def _empty_past(specs: list[onnx.ValueInfoProto], feed: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
+    """A merged decoder's first step, fed as ORTModel and transformers.js feed it: every past of length 0.
+
+    The no-cache branch ignores the past, but the graph still declares it; optimum's own
+    validation feeds a random past of length 1, which no loader ever sends.
+    """
+    import onnx
+
+    empty = {}
+    for spec in specs:
+        if not spec.name.startswith("past_key_values"):
+            continue
+        generated = feed.get(spec.name)
+        shape = []
+        for axis, dim in enumerate(spec.type.tensor_type.shape.dim):
+            name = dim.dim_param
+            if "sequence" in name or "past" in name:
+                shape.append(0)
+            elif dim.HasField("dim_value"):
+                shape.append(dim.dim_value)
+            elif generated is not None:
+                shape.append(generated.shape[axis])
+            else:
+                shape.append(batch)  # the only other symbolic axis optimum writes
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(spec.type.tensor_type.elem_type)
+        empty[spec.name] = np.zeros(shape, dtype=dtype)
+    return empty
 
 
 def _length(config: OnnxConfig, inputs: dict[str, Any], kwargs: dict[str, int]) -> int:
@@ -293,6 +338,29 @@ def seeded(seed: int) -> Iterator[None]:
         finally:
             random.setstate(python_state)
             np.random.set_state(numpy_state)
+
+
+@contextlib.contextmanager
+def processor_fallback() -> Iterator[None]:
+    """Let optimum's input generators do without a processor config, as most of them already do.
+
+    The dinov2, perceiver and vitpose generators read the checkpoint's processor config for the
+    image size and take the last one found, so a checkpoint without ``preprocessor_config.json``
+    fails with "IndexError: list index out of range". Handing them ``None`` instead of nothing
+    makes them keep the image size and channels of ``config.json``, like every other vision generator.
+    """
+    from optimum.utils import save_utils
+
+    original = save_utils.maybe_load_preprocessors
+
+    def found_or_none(*args: Any, **kwargs: Any) -> list[Any]:
+        return original(*args, **kwargs) or [None]
+
+    save_utils.maybe_load_preprocessors = found_or_none
+    try:
+        yield
+    finally:
+        save_utils.maybe_load_preprocessors = original
 
 
 def processor_shapes(folder: Path) -> dict[str, int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from zoo_convert import zoo
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Checkpoint, ExportedModel
 
@@ -51,6 +52,8 @@ def checkpoint() -> Callable[..., Checkpoint]:
 def zoo_export(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ExportedModel]:
     """``zoo_export(name)``: the optimum export of a zoo model, done once per session.
 
+    The task is ``ZOO_TASKS[name]``, else the zoo catalogue's.
+
     Tests must not modify the returned export's files; copy them first.
     """
     from zoo_convert.stages.export import export
@@ -60,7 +63,8 @@ def zoo_export(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Calla
 
     def get(name: str) -> ExportedModel:
         if name not in done:
-            ckpt = _checkpoint(zoo_dir / name, ZOO_TASKS[name])
+            task = ZOO_TASKS.get(name) or next(m.task for m in zoo.ZOO if m.name == name)
+            ckpt = _checkpoint(zoo_dir / name, task)
             done[name] = export(ckpt, ManifestEntry(source=str(ckpt.path)), Settings(), root / name)
         return done[name]
 

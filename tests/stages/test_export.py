@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -153,6 +154,56 @@ def test_broken_weights_are_export_error(zoo_dir: Path, tmp_path: Path, checkpoi
         export(checkpoint(src, "feature-extraction"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
     assert err.value.kind is FailureKind.EXPORT_ERROR
     assert err.value.message
+
+
+def _fp32(ex: ExportedModel) -> Artifact:
+    return Artifact("fp32", {c.name: c.path for c in ex.components})
+
+
+def test_a_vision_checkpoint_without_a_processor_config_uses_its_config(zoo_export) -> None:
+    """optimum's dinov2 input generator indexed the processors it found: IndexError without one."""
+    ex = zoo_export("dinov2-bare")
+    assert not (ex.checkpoint.path / "preprocessor_config.json").exists()
+    checks = verify(ex, _fp32(ex), Settings())
+    assert checks and all(c.passed for c in checks)
+    side = ex.checkpoint.config["image_size"]
+    shapes = {case.feed["pixel_values"].shape[2:] for found in ex.cache.cases.values() for case in found.values()}
+    assert shapes == {(side, side)}
+
+
+def test_an_export_failure_names_the_missing_processor_config(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    src = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "dinov2-bare", src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "image_size": 4}))  # no longer fits its own weights
+    with pytest.raises(ExportError) as err:
+        export(checkpoint(src, "image-classification"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
+    assert err.value.kind is FailureKind.EXPORT_ERROR
+    assert "the checkpoint has no preprocessor_config.json" in err.value.message
+
+
+@pytest.mark.slow
+def test_torch_exporter_takes_a_detr_style_model_as_one_graph(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """config.is_encoder_decoder is true for DETR-style models; optimum's split says one graph."""
+    ckpt = checkpoint(zoo_dir / "table-transformer", "object-detection")
+    assert ckpt.config["is_encoder_decoder"] is True
+    ex = export(ckpt, ManifestEntry(source=str(ckpt.path), exporter="torch"), Settings(), tmp_path)
+    assert ex.details["exporter"] == "torch" and [c.name for c in ex.components] == ["model"]
+    pixels = next(i for i in onnx.load(str(ex.components[0].path)).graph.input if i.name == "pixel_values")
+    assert pixels.type.tensor_type.shape.dim[0].dim_param == "batch_size"  # optimum's axis names, not s17
+    check(ex)
+    checks = verify(ex, _fp32(ex), Settings())
+    assert {c.output for c in checks} == {"logits", "pred_boxes"} and all(c.passed for c in checks)
+
+
+def test_torch_exporter_refuses_what_optimum_splits_into_several_graphs(
+    zoo_dir: Path, tmp_path: Path, checkpoint
+) -> None:
+    ckpt = checkpoint(zoo_dir / "t5", "text2text-generation")
+    with pytest.raises(ExportError) as err:
+        export(ckpt, ManifestEntry(source=str(ckpt.path), task="text2text-generation", exporter="torch"), Settings(), tmp_path)
+    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
+    assert "'t5' for task 'text2text-generation' is 2 (encoder_model, decoder_model)" in err.value.message
 
 
 def test_side_files_are_copied_only_from_inside_the_checkpoint(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:

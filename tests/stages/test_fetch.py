@@ -116,6 +116,20 @@ def test_seq2seq_task_is_the_generative_one(tmp_path: Path) -> None:
     assert fetch(ManifestEntry(source=str(tmp_path)), Settings()).task == "text2text-generation-with-past"
 
 
+@pytest.mark.parametrize("broken", ["truncated", "not a tokenizer"])
+def test_a_tokenizer_json_that_cannot_be_loaded_is_the_checkpoints_fault(
+    zoo_dir: Path, tmp_path: Path, broken: str
+) -> None:
+    """Verification fell back to random ids, passed, and the broken file was published."""
+    ckpt = _copy(zoo_dir / "bert", tmp_path)
+    tokenizer = ckpt / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text()[:500] if broken == "truncated" else '{"version": "1.0"}')
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR
+    assert str(err).startswith(f"{ckpt}: tokenizer.json cannot be loaded: ")
+    assert fetch(ManifestEntry(source=str(zoo_dir / "bert")), Settings()).model_type == "bert"
+
+
 def _fifo(path: Path) -> None:
     os.mkfifo(path)
 

@@ -14,10 +14,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from zoo_convert import fp16 as fp16_recipe
+from zoo_convert import onnx_graph
 from zoo_convert.errors import OptimizeError
 from zoo_convert.records import Settings
-from zoo_convert.stages import Checkpoint, Component, ExportedModel
+from zoo_convert.stages import Artifact, Checkpoint, Component, ExportedModel
 from zoo_convert.stages.optimize import _feeds, _load, optimize
+from zoo_convert.stages.verify import verify
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -427,3 +430,82 @@ def test_load_reports_why_onnx_runtime_refused(tmp_path: Path) -> None:
     path.write_bytes(b"not an onnx graph")
     with pytest.raises(OptimizeError, match="ONNX Runtime cannot load bad.onnx: .*INVALID_PROTOBUF"):
         _load(path)
+
+
+def _fp16_of(exported: ExportedModel, tmp_path: Path) -> Artifact:
+    """The fp16 variant of every component of a zoo export, made from private copies."""
+    copy = _zoo_copy(exported, tmp_path, tuple(c.name for c in exported.components))
+    fp16 = optimize(copy, ("fp32", "fp16"), Settings())["fp16"]
+    assert "error" not in fp16.details, fp16.details
+    return fp16
+
+
+def test_t5_family_fp16_keeps_the_position_buckets_in_fp32(zoo_export, tmp_path: Path) -> None:
+    """mt5's relative-position buckets (Log/Div/Mul/Cast on positions) moved in fp16: max abs 0.135 against 0.05."""
+    exported = zoo_export("mt5")
+    fp16 = _fp16_of(exported, tmp_path)
+    kept = {name: part["fp32_nodes"] for name, part in fp16.details["components"].items()}
+    assert kept["encoder_model"] > 0 and kept["decoder_model_merged"] > 0
+    # The bucket's Log still computes in float32 in the fp16 graph: its input is cast back to fp32.
+    graph = onnx.load(str(fp16.files["encoder_model"])).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(
+        onnx.load(str(fp16.files["encoder_model"]))).graph.value_info}
+    logs = [n for n in graph.node if n.op_type == "Log"]
+    assert logs and all(types.get(n.output[0]) == onnx.TensorProto.FLOAT for n in logs)
+    checks = verify(exported, fp16, Settings())  # the default, strict fp16 tolerance
+    assert all(c.passed for c in checks), max(checks, key=lambda c: c.max_abs)
+    assert max(c.max_abs for c in checks if c.output.startswith("encoder_model/")) < 0.01
+
+
+def test_fp16_index_arithmetic_is_the_closed_chain_back_to_integers() -> None:
+    """Position math ending in a Cast to int stays fp32; a mask that flows on as a float is converted."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Cast", ["pos"], ["pos_f"], to=TensorProto.FLOAT, name="pos_cast"),
+        helper.make_node("Constant", [], ["scale"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [2.77]), name="c"),
+        helper.make_node("Log", ["pos_f"], ["log"], name="log"),
+        helper.make_node("Div", ["log", "scale"], ["ratio"], name="div"),
+        helper.make_node("Cast", ["ratio"], ["bucket"], to=TensorProto.INT64, name="bucket_cast"),
+        helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT, name="mask_cast"),
+        helper.make_node("Sub", ["one", "mask_f"], ["inverted"], name="sub"),
+        helper.make_node("Cast", ["inverted"], ["masked"], to=TensorProto.BOOL, name="mask_bool"),
+        helper.make_node("Add", ["x", "inverted"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, t, [2]) for n, t in (("pos", TensorProto.INT64), ("mask", TensorProto.INT64),
+                                                                  ("x", TensorProto.FLOAT))],
+        [helper.make_tensor_value_info(n, t, [2]) for n, t in (("bucket", TensorProto.INT64), ("masked", TensorProto.BOOL),
+                                                                  ("y", TensorProto.FLOAT))],
+        initializer=[onnx.numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert sorted(fp16_recipe.index_arithmetic(model)) == ["bucket_cast", "c", "div", "log", "pos_cast"]
+
+
+def test_merged_decoder_branches_share_no_names_for_the_fp16_converter(zoo_export, tmp_path: Path) -> None:
+    """m2m_100's no-cache branch lost its encoder mask in fp16 (cosine 0.973 from layer 1 on).
+
+    ORT's converter maps tensor names to nodes across both branches of the merged decoder, whose
+    nodes carry the same names: a cascaded-Cast cleanup in one rewired the mask's Cast in the other.
+    """
+    exported = zoo_export("m2m-100")
+    model = onnx.load(str(exported.components[1].path))
+    fp16_recipe.unshadow_branches(model.graph)
+    made: Counter[str] = Counter(o for g in onnx_graph.graphs(model.graph) for n in g.node for o in n.output)
+    assert [name for name, n in made.items() if n > 1] == []
+    names: Counter[str] = Counter(n.name for g in onnx_graph.graphs(model.graph) for n in g.node)
+    assert [name for name, n in names.items() if n > 1] == []
+    fp16 = _fp16_of(exported, tmp_path)
+    # The first step with half the encoder positions padded: the fp16 graph must mask the same ones.
+    plain = exported.components[1].path
+    feeds = _feeds(plain, exported.checkpoint.config)
+    feeds["use_cache_branch"] = np.array([False])
+    feeds["encoder_attention_mask"][:, feeds["encoder_attention_mask"].shape[1] // 2 :] = 0
+    want = ort.InferenceSession(str(plain), providers=["CPUExecutionProvider"]).run(["logits"], feeds)[0]
+    got = ort.InferenceSession(str(fp16.files["decoder_model_merged"]), providers=["CPUExecutionProvider"])
+    assert _cosine(got.run(["logits"], feeds)[0], want) > 0.999
+    checks = verify(exported, fp16, Settings())
+    assert all(c.passed and c.cosine > 0.99999 for c in checks if c.shape.endswith("/no-cache"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from zoo_convert import zoo
 from zoo_convert.errors import LONG_INPUTS_ONLY, BenchmarkError, NumericsMismatchError, VerifyError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
 from zoo_convert.runtime import SENTENCES, Branch, cases, feed_for
@@ -18,7 +20,7 @@ from zoo_convert.shapes import AUDIO_SAMPLES_PER_STEP
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.benchmark import benchmark
 from zoo_convert.stages.export import export
-from zoo_convert.stages.verify import verify
+from zoo_convert.stages.verify import inconclusive, verify
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -206,6 +208,82 @@ def test_benchmark_times_the_cache_branch_of_a_merged_decoder(zoo_export, monkey
     monkeypatch.setattr(bench, "feed_for", spy)
     benchmark(ex, fp32(ex), FAST_BENCH)
     assert timed == [("encoder_model", Branch.WHOLE), ("decoder_model_merged", Branch.CACHE)]
+
+
+# Every encoder-decoder family of the zoo; the ones no other test exports are slow.
+_EXPORTED_ELSEWHERE = ("t5", "bart", "mt5", "m2m-100", "vision-encoder-decoder")
+ENCODER_DECODERS = [
+    pytest.param(m.name, marks=() if m.name in _EXPORTED_ELSEWHERE else pytest.mark.slow)
+    for m in zoo.ZOO
+    if m.family == "encoder-decoder"
+]
+
+
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
+def test_every_merged_decoder_verifies_both_branches(zoo_export, name: str) -> None:
+    """vision-encoder-decoder wraps its decoder's config: verify could not feed its first step."""
+    ex = zoo_export(name)
+    merged = next(c for c in ex.components if c.name == "decoder_model_merged")
+    checks = verify(ex, fp32(ex), SETTINGS)
+    assert all(c.passed for c in checks)
+    decoder_shapes = {c.shape for c in checks if c.output.startswith("decoder_model_merged/")}
+    lengths = {shape.split("/")[0] for shape in decoder_shapes}
+    assert {"1x7", "3x19"} <= lengths  # and the long shape
+    assert decoder_shapes == {f"{n}/{branch}" for n in lengths for branch in ("no-cache", "cache")}
+    # The first step as ORTModel and transformers.js run it: use_cache_branch off, every past empty.
+    first = cases(ex, merged, 3, 19, SETTINGS, audio_samples=19 * AUDIO_SAMPLES_PER_STEP)[Branch.NO_CACHE]
+    past = {k: v for k, v in first.feed.items() if k.startswith("past_key_values")}
+    assert past and all(v.shape[0] == 3 and v.shape[2] == 0 for v in past.values())
+    assert first.feed["use_cache_branch"].tolist() == [False]
+
+
+@pytest.fixture(scope="module")
+def zero_logits(tmp_path_factory: pytest.TempPathFactory, checkpoint) -> ExportedModel:
+    """A MobileViT at its default initialisation: its logits are exactly 0 for every image."""
+    spec = next(m for m in zoo.ZOO if m.name == "mobilevit")
+    config = {k: v for k, v in spec.config.items() if k != "initializer_range"}
+    root = tmp_path_factory.mktemp("zero-logits")
+    zoo.build_model(replace(spec, name="mobilevit-zero", config=config), root / "ckpt")
+    ckpt = checkpoint(root / "ckpt", spec.task)
+    return export(ckpt, ManifestEntry(source=str(ckpt.path)), SETTINGS, root / "out")
+
+
+def test_a_pass_against_an_all_zero_reference_is_inconclusive(zero_logits: ExportedModel) -> None:
+    checks = verify(zero_logits, fp32(zero_logits), SETTINGS)
+    assert all(c.passed and c.max_abs == 0.0 for c in checks), "every check passes: that is the trap"
+    why = inconclusive(zero_logits, SETTINGS)
+    assert why is not None and "logits is all zero" in why and "1x7, 3x19" in why
+
+
+def test_an_informative_reference_is_conclusive(zoo_export) -> None:
+    for name in ("bert", "t5"):
+        ex = zoo_export(name)
+        verify(ex, fp32(ex), SETTINGS)
+        assert inconclusive(ex, SETTINGS) is None, name
+
+
+def test_a_constant_or_non_finite_reference_is_inconclusive(zoo_export) -> None:
+    import dataclasses
+
+    from zoo_convert.runtime import RuntimeCache
+
+    ex = dataclasses.replace(zoo_export("vit"), cache=RuntimeCache())
+    verify(ex, fp32(ex), SETTINGS)
+    for found in ex.cache.cases.values():
+        found[Branch.WHOLE].reference["logits"][...] = 0.25
+    assert "logits is constant (0.25)" in inconclusive(ex, SETTINGS)
+    for found in ex.cache.cases.values():
+        found[Branch.WHOLE].reference["logits"][...] = np.nan
+    assert "logits is non-finite" in inconclusive(ex, SETTINGS)
+
+
+def test_benchmark_keeps_a_composite_decoders_past_within_its_position_table(zoo_export) -> None:
+    """vision-encoder-decoder keeps gpt2's n_positions in config.decoder: a 128 + 128 past overflowed it."""
+    ex = zoo_export("vision-encoder-decoder")
+    merged = ex.components[1]
+    assert cases(ex, merged, 1, 128, SETTINGS, audio_samples=0)[Branch.CACHE].feed["past_key_values.0.key"].shape[2] == 64
+    lat = benchmark(ex, fp32(ex), FAST_BENCH)
+    assert 0 < lat.ort_p50_ms and 0 < lat.torch_p50_ms
 
 
 def test_a_filterbank_speech_model_is_fed_the_frames_its_extractor_makes(zoo_export) -> None:

@@ -263,6 +263,69 @@ def test_last_durations_are_each_models_latest_job(tmp_path: Path) -> None:
     assert store.last_durations() == {("zoo/a", "optimum", 17): 2.5, ("zoo/a", "optimum", 14): 60.0}
 
 
+# Real messages, as recorded: the torch exporter's refusals of the zoo's decoders and encoder-decoders
+# (today's wording, and the old one with the model type in parentheses), and a load failure naming a
+# model class. Each group is one cause.
+REFUSED_WITH_PAST = (
+    "the torch exporter handles single-graph models only; {m} for task '{t}' needs past key values"
+    " (use exporter optimum)"
+)
+REFUSED_ENCODER_DECODER = "the torch exporter does not split encoder-decoder models ({m}); use exporter optimum"
+LOAD_FAILED = (
+    "RuntimeError: Error(s) in loading state_dict for {c}Embeddings: (the checkpoint has no preprocessor_config.json:"
+    " input sizes came from config.json and optimum's defaults; add the processor config the model was trained with)"
+)
+CAUSES = {
+    REFUSED_WITH_PAST: [
+        (m, t)
+        for t, models in {
+            "text-generation-with-past": ("gpt2", "llama", "qwen2", "gemma", "opt", "gpt_neox"),
+            "text2text-generation-with-past": ("t5", "bart", "marian", "m2m_100"),
+            "automatic-speech-recognition-with-past": ("whisper",),
+        }.items()
+        for m in models
+    ],
+    REFUSED_ENCODER_DECODER: [(m, None) for m in ("t5", "bart", "mt5", "detr", "table-transformer", "deberta-v2")],
+    LOAD_FAILED: [("dinov2", "Dinov2"), ("vit", "ViT"), ("m2m_100", "M2M100")],
+}
+
+
+def test_one_cause_is_one_signature_whatever_model_it_names(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    for i, (message, models) in enumerate(CAUSES.items()):
+        for model_type, extra in models:
+            text = message.format(m=model_type, t=extra, c=extra)
+            source = f"org-{model_type}/{model_type.replace('_', '-')}-tiny-{i}"
+            store.record("r", f"k-{i}-{model_type}", result(source, model_type, failure=("export_unsupported", "export", text)))
+    got = rows(store, "SELECT signature, n, models FROM failure_signatures ORDER BY n DESC")
+    assert [(n, m) for _, n, m in got] == [(len(v), len(v)) for v in CAUSES.values()], got
+    assert got[0][0] == (
+        "the torch exporter handles single-graph models only; <model> for task <name> needs past key values"
+        " (use exporter optimum)"
+    )
+    assert got[1][0] == "the torch exporter does not split encoder-decoder models (<model>); use exporter optimum"
+    assert got[2][0].startswith("RuntimeError: Error(s) in loading state_dict for <model>Embeddings: (the checkpoint")
+
+
+def test_signatures_replace_the_rows_own_source_and_nothing_inside_other_words(tmp_path: Path) -> None:
+    with duckdb.connect() as con:
+        ResultStore(tmp_path / "r.duckdb")
+        con.execute(f"ATTACH '{tmp_path / 'r.duckdb'}' AS r (READ_ONLY)")
+        con.execute("USE r")
+
+        def sig(msg: str, model_type: str | None, source: str | None) -> str:
+            return con.execute("SELECT failure_signature(?, model_type := ?, source := ?)", [msg, model_type, source]).fetchone()[0]
+
+        hub = "org-a/model-b@main: HTTP 404: Repository Not Found for url: https://hub.example/api/models/org-a/model-b"
+        assert sig(hub, None, "org-a/model-b") == sig(hub.replace("org-a/model-b", "x/y"), None, "x/y")
+        assert sig("optimizer failed for opt", "opt", "o/p") == "optimizer failed for <model>"
+        assert sig("roberta weights missing", "bert", "b/c") == "roberta weights missing"
+        assert sig("Could not export /tmp/x.onnx at 0xdeadbeef", None, None) == "Could not export <path> at <hex>"
+        numerics = "1/2 output checks failed; worst logits at 3x19: max abs 0.000557 (tolerance inf), cosine 0.977683"
+        assert sig(numerics, "hubert", "z/hubert").startswith("<ratio> output checks failed; worst logits at 3x19: max abs <n>")
+
+
 def test_the_machines_faults_are_not_terminal_and_timeouts_keep_their_limit(tmp_path: Path) -> None:
     from dataclasses import replace
 

@@ -24,7 +24,8 @@ MAX_REGRESSIONS = 500
 Con = duckdb.DuckDBPyConnection
 
 # The per-model table's unit: one model identity's latest job; `id` orders failures first, then partial ones.
-# A model is passed (every variant verified), partial (converted, a variant failed) or failed (not converted).
+# A model is passed (every variant verified), partial (converted, a variant failed), failed (not converted)
+# or inconclusive (verified against a PyTorch reference that proves nothing).
 _MODELS = f"""
 CREATE TEMP TABLE dash_models AS
 WITH jobs AS (
@@ -32,7 +33,8 @@ WITH jobs AS (
         any_value(source) AS source, any_value(revision) AS revision, any_value(model_type) AS model_type,
         any_value(task) AS task, any_value(exporter) AS exporter, any_value(opset_requested) AS opset_requested,
         any_value(coalesce(opset, opset_requested)) AS opset,
-        CASE WHEN any_value(job_status) <> 'passed' THEN 'failed'
+        CASE WHEN any_value(job_status) = 'inconclusive' THEN 'inconclusive'
+             WHEN any_value(job_status) <> 'passed' THEN 'failed'
              WHEN bool_or(status = 'failed') THEN 'partial' ELSE 'passed' END AS status,
         any_value(attempts) AS attempts, any_value(node) AS node,
         any_value(peak_mem_mb) AS peak_mem_mb,
@@ -97,6 +99,7 @@ QUERIES: dict[str, str] = {
             count(DISTINCT job_seq) AS models,
             count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed') AS converted,
             count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed' AND status = 'failed') AS partial,
+            count(DISTINCT job_seq) FILTER (WHERE job_status = 'inconclusive') AS inconclusive,
             count(variant) AS variants,
             count(variant) FILTER (WHERE status = 'passed') AS variants_verified,
             median(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed') AS median_speedup
@@ -108,7 +111,8 @@ QUERIES: dict[str, str] = {
         SELECT coalesce(c.model_type, 'unknown') AS model_type, c.task, coalesce(c.opset, c.opset_requested) AS opset,
             c.variant, count(*) AS models, count(*) FILTER (WHERE c.status = 'passed') AS passed,
             count(*) FILTER (WHERE c.status = 'passed') / count(*) AS pass_rate,
-            list_sort(list_distinct(list(c.failure_kind))) AS failure_kinds
+            list_sort(list_distinct(list(c.failure_kind))) AS failure_kinds,
+            count(*) FILTER (WHERE c.status = 'inconclusive') AS inconclusive
         FROM result_cells c SEMI JOIN latest_results l ON c.job_seq = l.job_seq
         GROUP BY ALL ORDER BY model_type, task, opset, variant
     """,

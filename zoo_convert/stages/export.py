@@ -22,12 +22,33 @@ from pathlib import Path
 from typing import Any
 
 from .. import onnx_graph
-from ..errors import ExportError, FailureKind, is_our_bug
+from ..errors import ExportError, FailureKind, first_line, is_our_bug
 from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
-from ..runtime import ModuleState, shape_kwargs
+from ..runtime import ModuleState, processor_fallback, shape_kwargs
 from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
+_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+# Tasks whose inputs are images or audio, sized by a processor config.
+_IMAGE_AUDIO_TASKS = frozenset(
+    {
+        "image-classification",
+        "object-detection",
+        "semantic-segmentation",
+        "image-segmentation",
+        "depth-estimation",
+        "keypoint-detection",
+        "masked-im",
+        "image-to-text",
+        "image-to-image",
+        "zero-shot-image-classification",
+        "zero-shot-object-detection",
+        "automatic-speech-recognition",
+        "audio-classification",
+        "audio-frame-classification",
+        "audio-xvector",
+    }
+)
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
@@ -43,18 +64,20 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     onnx_dir.mkdir(parents=True)
     task = _resolve_task(ckpt, entry)
     try:
-        if entry.exporter == "optimum":
-            components, details = _export_optimum(ckpt, task, entry.opset, onnx_dir)
-        elif entry.exporter == "torch":
-            components, details = _export_torch(ckpt, task, entry.opset, onnx_dir)
-        else:
-            raise ExportError(f"unknown exporter {entry.exporter!r}", kind=FailureKind.EXPORT_UNSUPPORTED)
+        with processor_fallback():
+            if entry.exporter == "optimum":
+                components, details = _export_optimum(ckpt, task, entry.opset, onnx_dir)
+            elif entry.exporter == "torch":
+                components, details = _export_torch(ckpt, task, entry.opset, onnx_dir)
+            else:
+                raise ExportError(f"unknown exporter {entry.exporter!r}", kind=FailureKind.EXPORT_UNSUPPORTED)
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
         if is_our_bug(exc):
             raise
-        raise ExportError(f"{type(exc).__name__}: {exc}") from exc
+        note = _missing_processor(ckpt, task)
+        raise ExportError(f"{first_line(exc)}{note}" if note else f"{type(exc).__name__}: {exc}") from exc
     weights = _param_bytes(components)
     if weights > settings.external_data_threshold:
         for comp in components:
@@ -64,6 +87,22 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if modules:
         details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
+
+
+def _missing_processor(ckpt: Checkpoint, task: str) -> str:
+    """What an export failure of an image or audio model may owe to its missing processor config."""
+    if any((ckpt.path / name).is_file() for name in _PROCESSOR_FILES):
+        return ""
+    config = ckpt.config
+    pixels = task.removesuffix("-with-past") in _IMAGE_AUDIO_TASKS or any(
+        key in config for key in ("image_size", "num_channels", "num_mel_bins", "vision_config")
+    )
+    if not pixels:
+        return ""
+    return (
+        f" (the checkpoint has no {_PROCESSOR_FILES[0]}: input sizes came from config.json and optimum's"
+        " defaults; add the processor config the model was trained with)"
+    )
 
 
 def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
@@ -138,24 +177,10 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     per-component OnnxConfig that post-processing has adjusted.
     """
     from optimum.exporters.onnx.convert import export_models
-    from optimum.exporters.onnx.utils import _get_submodels_and_onnx_configs
-    from optimum.exporters.tasks import TasksManager
     from optimum.utils import DEFAULT_DUMMY_SHAPES
-    from optimum.utils.save_utils import maybe_load_preprocessors
 
     model = _load_model(ckpt, task)
-    TasksManager.standardize_model_attributes(model)
-    preprocessors = maybe_load_preprocessors(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
-    main_config, models_and_configs = _get_submodels_and_onnx_configs(
-        model=model,
-        task=task,
-        monolith=False,
-        custom_onnx_configs={},
-        custom_architecture=False,
-        _variant="default",
-        library_name=ckpt.library,
-        preprocessors=preprocessors,
-    )
+    main_config, models_and_configs = _submodels(ckpt, model, task)
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
     as_loaded = ModuleState(model)
@@ -192,10 +217,33 @@ def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
     return shape_kwargs(ckpt.path, config, batch, seq, DEFAULT_DUMMY_SHAPES["audio_sequence_length"])
 
 
-def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
-    """``torch.onnx.export(dynamo=True)`` of single-graph models, with optimum's inputs and axes."""
-    import torch
+def _submodels(ckpt: Checkpoint, model: Any, task: str) -> tuple[Any, dict[str, tuple[Any, Any]]]:
+    """optimum's split of a model into the graphs it exports (encoder, decoders), each with its OnnxConfig."""
+    from optimum.exporters.onnx.utils import _get_submodels_and_onnx_configs
     from optimum.exporters.tasks import TasksManager
+    from optimum.utils.save_utils import maybe_load_preprocessors
+
+    TasksManager.standardize_model_attributes(model)
+    preprocessors = maybe_load_preprocessors(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
+    return _get_submodels_and_onnx_configs(
+        model=model,
+        task=task,
+        monolith=False,
+        custom_onnx_configs={},
+        custom_architecture=False,
+        _variant="default",
+        library_name=ckpt.library,
+        preprocessors=preprocessors,
+    )
+
+
+def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
+    """``torch.onnx.export(dynamo=True)`` of single-graph models, with optimum's inputs and axes.
+
+    Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
+    DETR-style detectors have an encoder and a decoder inside and export as one graph.
+    """
+    import torch
 
     if task.endswith("-with-past"):
         raise ExportError(
@@ -204,25 +252,19 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     model = _load_model(ckpt, task)
-    if getattr(model.config, "is_encoder_decoder", False):
+    _, parts = _submodels(ckpt, model, task)
+    if len(parts) != 1:
         raise ExportError(
-            f"the torch exporter does not split encoder-decoder models ({ckpt.model_type}); use exporter optimum",
+            f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "
+            f"({', '.join(parts)}): use exporter optimum",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
-    from optimum.utils.save_utils import maybe_load_preprocessors
-
-    constructor = TasksManager.get_exporter_config_constructor(
-        model=model, exporter="onnx", task=task, library_name=ckpt.library
-    )
-    preprocessors = maybe_load_preprocessors(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
-    config = constructor(model.config, preprocessors=preprocessors)
+    ((model, config),) = parts.values()
     inputs = config.generate_dummy_inputs(framework="pt")
     names = [n for n in config.inputs if n in inputs]
-    dims: dict[str, Any] = {}
-    dynamic_shapes = {
-        n: {axis: dims.setdefault(label, torch.export.Dim(label)) for axis, label in config.inputs[n].items()}
-        for n in names
-    }
+    # AUTO: an axis the model fixes (DETR's channels) becomes static instead of failing the export
+    # and sending torch.onnx through its slower fallback strategies; the axes get optimum's names after.
+    dynamic_shapes = {n: {axis: torch.export.Dim.AUTO for axis in config.inputs[n]} for n in names}
     path = onnx_dir / "model.onnx"
     as_loaded = ModuleState(model)
     with torch.no_grad(), config.patch_model_for_export(model):
@@ -238,8 +280,27 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             external_data=False,
         )
     program.save(str(path), external_data=False)
+    _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
     component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
     return [component], {"exporter": "torch"}
+
+
+def _name_dynamic_axes(path: Path, axes: dict[str, dict[int, str]]) -> None:
+    """Rename the exporter's symbolic dimensions (``s17``) to optimum's axis names (``batch_size``) everywhere."""
+    model = onnx_graph.load(path)
+    by_input = {i.name: i.type.tensor_type.shape.dim for i in model.graph.input}
+    names = {
+        by_input[name][axis].dim_param: label
+        for name, labels in axes.items()
+        for axis, label in labels.items()
+        if name in by_input and axis < len(by_input[name]) and by_input[name][axis].dim_param
+    }
+    for graph in onnx_graph.graphs(model.graph):
+        for value in [*graph.input, *graph.output, *graph.value_info]:
+            for dim in value.type.tensor_type.shape.dim:
+                if dim.dim_param in names:
+                    dim.dim_param = names[dim.dim_param]
+    onnx_graph.save(model, path, external=False)
 
 
 def _param_bytes(components: list[Component]) -> int:

@@ -258,6 +258,7 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
     if library == "transformers":
         _check_model_type(model_type, entry)
     _check_weights(path, entry)
+    _check_tokenizer(path, entry)
     task = entry.task or infer_task(config, model_type, library, entry.source)
     return Checkpoint(
         path=path,
@@ -317,6 +318,22 @@ def _check_weights(path: Path, entry: ManifestEntry) -> None:
         )
     for f in safe:
         _check_safetensors(f, entry)
+
+
+def _check_tokenizer(path: Path, entry: ManifestEntry) -> None:
+    """A tokenizer.json that cannot be loaded is the checkpoint's fault, found before anything runs.
+
+    Verification would otherwise fall back to random token ids, pass, and publish the broken file.
+    """
+    file = path / "tokenizer.json"
+    if not file.is_file():
+        return
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(file))
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
+        raise FetchError(f"{entry.source}: tokenizer.json cannot be loaded: {first_line(exc)}") from exc
 
 
 def _check_safetensors(file: Path, entry: ManifestEntry) -> None:

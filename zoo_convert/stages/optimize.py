@@ -14,8 +14,9 @@ Per component, in this order (it matters):
          outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
          writes hardware-specific layouts); else the plain export, unchanged. With
          ``Settings.optimize`` off (``--no-optimize``) the plain export, untouched and unrun.
-3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept; where
-         ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
+3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept, and
+         integer index arithmetic (T5's position buckets) left in fp32 (:mod:`zoo_convert.fp16`);
+         where ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
          or with ``--no-optimize``, the plain export converted the same way.
 4. the optimized fp32 graph replaces ``<component>.onnx``.
 
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .. import onnx_graph
+from .. import fp16, onnx_graph
 from ..errors import FailureKind, OptimizeError, first_line, is_our_bug, storage_fault
 from ..records import Settings, variant_files
 from ..runtime import ort_session
@@ -434,64 +435,46 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
 def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
     if source == plain:  # fp32 is the plain export (--no-optimize, or nothing applied): no second try
-        onnx_graph.save(_to_fp16(plain), out, external=external)
-        _load(out)
-        return out, {"source": "plain export", "io": "keep_io_types"}
+        kept = _save_fp16(plain, out, external)
+        return out, {"source": "plain export", "io": "keep_io_types", "fp32_nodes": kept}
     try:
-        onnx_graph.save(_to_fp16(source), out, external=external)
-        _load(out)
-        return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types"}
+        kept = _save_fp16(source, out, external)
+        return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types", "fp32_nodes": kept}
     except Exception as exc:  # noqa: BLE001 - retried below from the plain export
         if is_our_bug(exc):
             raise
         first = first_line(exc)
     # ORT's converter cannot type ORT-optimized If branches (merged decoders): convert the plain export.
-    onnx_graph.save(_to_fp16(plain), out, external=external)
+    kept = _save_fp16(plain, out, external)
+    return out, {
+        "source": "plain export",
+        "io": "keep_io_types",
+        "fp32_nodes": kept,
+        "note": f"from the fp32 graph failed: {first}",
+    }
+
+
+def _save_fp16(source: Path, out: Path, external: bool) -> int:
+    """Write the fp16 graph of ``source`` to ``out`` and check it loads; returns how many nodes stayed fp32."""
+    model, kept = _to_fp16(source)
+    onnx_graph.save(model, out, external=external)
     _load(out)
-    return out, {"source": "plain export", "io": "keep_io_types", "note": f"from the fp32 graph failed: {first}"}
+    return kept
 
 
-def _to_fp16(source: Path) -> onnx.ModelProto:
-    """float16 weights and compute, float32 inputs and outputs kept."""
+def _to_fp16(source: Path) -> tuple[onnx.ModelProto, int]:
+    """float16 weights and compute, float32 inputs and outputs and index arithmetic kept (see zoo_convert.fp16)."""
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     proto = onnx.load(str(source))
-    _unshadow_branch_outputs(proto.graph)
+    fp16.unshadow_branches(proto.graph)
+    keep = fp16.index_arithmetic(proto)
     model = OnnxModel(proto)
     # Symbolic shape inference types the contrib ops (Attention, SkipLayerNormalization) the fusers emit.
     # When it gives up it dumps sym_shape_infer_temp.onnx (+ uuid .data files) into the cwd: keep that out of ours.
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
-        model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True)
-    return model.model
-
-
-def _unshadow_branch_outputs(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> None:
-    """Rename If/Loop branch outputs that reuse an outer name (optimum's merged decoders do).
-
-    ORT's fp16 cleanup maps value names to nodes across all graphs, so a branch's ``logits``
-    hides the If node that makes the top-level ``logits`` and the If is pruned; it also drops
-    Constants no node reads, so a branch output made by a Constant gets an Identity after it.
-    Branch outputs bind to the If's outputs by position: renaming them changes nothing else.
-    """
-    names = outer | {v.name for v in [*graph.input, *graph.output, *graph.initializer]}
-    names |= {o for node in graph.node for o in node.output}
-    for node in graph.node:
-        for attr_name, sub in onnx_graph.subgraphs(node):
-            made = {o: n for n in sub.node for o in n.output}
-            prefix = f"{node.name or node.op_type}/{attr_name}/"
-            renamed = {o.name: prefix + o.name for o in sub.output if o.name in names and o.name in made}
-            for n in sub.node:
-                n.output[:] = [renamed.get(x, x) for x in n.output]
-                n.input[:] = [renamed.get(x, x) for x in n.input]
-            for value in sub.value_info:
-                value.name = renamed.get(value.name, value.name)
-            for out in sub.output:
-                producer = made.get(out.name)
-                out.name = renamed.get(out.name, out.name)
-                if producer is not None and producer.op_type == "Constant":
-                    producer.output[0] = out.name + "/constant"
-                    sub.node.append(onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name]))
-            _unshadow_branch_outputs(sub, names)
+        model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True, node_block_list=keep)
+    return model.model, len(keep)
 
 
 LOAD_TIMEOUT_S = 300.0

@@ -9,10 +9,17 @@ long path. Decoders run with a populated past (past length = sequence), and a
 merged decoder is checked on both of its branches. A variant that misses its
 tolerance raises :class:`NumericsMismatchError`, which carries every check for
 the record; one that missed it at the long shape only says so (``long inputs only``).
+
+A check can only fail when the reference can tell a right graph from a wrong one:
+:func:`inconclusive` names the outputs whose PyTorch values are constant, all zero
+or non-finite at every verify input (a tiny MobileViT's logits are exactly 0: every
+variant "passes" with max abs 0), and the pipeline records such a variant as
+inconclusive, never as passed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,36 +33,91 @@ from . import Artifact, Component, ExportedModel
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
 
+FP16_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
     """Compare ``artifact`` against PyTorch at every verify shape; NumericsMismatchError when it misses its tolerance."""
     tol = settings.tolerances.get(artifact.variant)
     if tol is None:
         raise VerifyError(f"no tolerance configured for variant {artifact.variant!r}")
-    prefix = len(exported.components) > 1
     checks: list[OutputCheck] = []
     at_long: dict[tuple[str, str], str] = {}  # (output, shape) checked at the long shape -> what its length counts
-    for comp in exported.components:
-        session = session_for(exported, artifact, comp, settings)
-        done: set[str] = set()
-        for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
-            found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)
-            # A whisper encoder's long shape is its 30 s window again: checked once.
-            for case in (c for c in found.values() if c.label not in done):
-                done.add(case.label)
-                for name, ort_value in _run_ort(session, case, comp).items():
-                    output = f"{comp.name}/{name}" if prefix else name
-                    checks.append(compare(output, case.label, case.reference[name], ort_value, tol))
-                    if shape.long:
-                        at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
+    peaks: dict[tuple[str, str], float] = {}
+    for comp, case, long in _cases(exported, settings):
+        for name, ort_value in _run_ort(session_for(exported, artifact, comp, settings), case, comp).items():
+            output = _recorded(exported, comp, name)
+            checks.append(compare(output, case.label, case.reference[name], ort_value, tol))
+            peaks[output, case.label] = _peak(case.reference[name])
+            if long:
+                at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
     failed = [c for c in checks if not c.passed]
     if failed:
         worst = max(failed, key=lambda c: (np.nan_to_num(c.max_abs, nan=np.inf), -c.cosine))
         long_only = None
         if all((c.output, c.shape) in at_long for c in failed):
             long_only = f"{worst.shape} (batch x {at_long[worst.output, worst.shape]})"
-        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks), long_only=long_only)
+        note = ""
+        if artifact.variant == "fp16" and peaks[worst.output, worst.shape] < FP16_SMALLEST_NORMAL:
+            note = (
+                f"; PyTorch's {worst.output} peaks at |x| = {peaks[worst.output, worst.shape]:.3g}, below"
+                f" float16's smallest normal value {FP16_SMALLEST_NORMAL:.3g}: fp16 cannot carry these outputs"
+            )
+        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks), long_only=long_only, note=note)
     return tuple(checks)
+
+
+def inconclusive(exported: ExportedModel, settings: Settings) -> str | None:
+    """Why a verification against these PyTorch outputs proves nothing, or None when it proves something.
+
+    An output counts when its reference is the same at every verify input: non-finite
+    everywhere, all zero, or one constant value. Any such output makes the verdict
+    inconclusive: a graph that computed nothing would have matched it.
+    """
+    values: dict[str, list[np.ndarray]] = {}
+    labels: list[str] = []
+    for comp, case, _ in _cases(exported, settings):
+        labels += [] if case.label.split("/")[0] in labels else [case.label.split("/")[0]]
+        for name in case.outputs:
+            ref = np.asarray(case.reference[name], dtype=np.float64).ravel()
+            values.setdefault(_recorded(exported, comp, name), []).append(ref)
+    found = []
+    for output, parts in values.items():
+        flat = np.concatenate(parts)
+        finite = flat[np.isfinite(flat)]
+        if not finite.size:
+            found.append(f"{output} is non-finite")
+        elif finite.size == flat.size and not finite.any():
+            found.append(f"{output} is all zero")
+        elif finite.size == flat.size and finite.min() == finite.max():
+            found.append(f"{output} is constant ({finite[0]:.6g})")
+    if not found:
+        return None
+    return (
+        f"inconclusive: PyTorch's {'; '.join(found)} at every verify input ({', '.join(labels)}),"
+        " so matching it proves nothing"
+    )
+
+
+def _cases(exported: ExportedModel, settings: Settings) -> Iterator[tuple[Component, Case, bool]]:
+    """(component, case, at the long shape) at every verify shape, one case per branch of a merged decoder."""
+    for comp in exported.components:
+        done: set[str] = set()
+        for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
+            found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)
+            # A whisper encoder's long shape is its 30 s window again: checked once.
+            for case in (c for c in found.values() if c.label not in done):
+                done.add(case.label)
+                yield comp, case, shape.long
+
+
+def _recorded(exported: ExportedModel, comp: Component, name: str) -> str:
+    """An output as the record names it: prefixed with its component when there are several."""
+    return f"{comp.name}/{name}" if len(exported.components) > 1 else name
+
+
+def _peak(ref: np.ndarray) -> float:
+    finite = np.abs(ref[np.isfinite(ref)]) if ref.dtype.kind == "f" else np.abs(ref)
+    return float(finite.max()) if finite.size else 0.0
 
 
 def compare(output: str, shape: str, ref: np.ndarray, got: np.ndarray, tol: Tolerance) -> OutputCheck:

@@ -193,7 +193,8 @@ class ResultStore:
             counts = con.execute(
                 "SELECT count(DISTINCT job_key),"
                 " count(DISTINCT job_key) FILTER (WHERE job_status = 'passed'),"
-                " count(DISTINCT job_key) FILTER (WHERE job_status <> 'passed')"
+                # an inconclusive job is neither: n_jobs - n_passed - n_failed of them
+                " count(DISTINCT job_key) FILTER (WHERE job_status NOT IN ('passed', 'inconclusive'))"
                 " FROM results WHERE run_id = ?",
                 [run_id],
             ).fetchone()
@@ -219,7 +220,9 @@ class ResultStore:
         """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed.
 
         A job whose latest result has a kind that is not terminal (a full disk, no GPU: the
-        machine's fault) is left out, so the next run redoes it.
+        machine's fault) is left out, so the next run redoes it. An inconclusive result is not a
+        failure to retry: the same checkpoint, settings and toolchain (what the key is made of)
+        give the same reference again, so only ``--force`` redoes it.
         """
         redo = [k.value for k in FailureKind if not k.terminal]
         with self.connect() as con:
@@ -228,7 +231,8 @@ class ResultStore:
                 " list_contains(?, coalesce(failure_kind, '')) AS redo FROM results)"
                 " SELECT job_key FROM r GROUP BY job_key"
                 # the latest job's rows, one of them not terminal first: its redo decides
-                " HAVING (? OR arg_max(job_status, job_seq) = 'passed') AND NOT arg_max(redo, job_seq * 2 + redo::INT)",
+                " HAVING (? OR arg_max(job_status, job_seq) IN ('passed', 'inconclusive'))"
+                " AND NOT arg_max(redo, job_seq * 2 + redo::INT)",
                 [redo, include_failed],
             ).fetchall()
         return {k for (k,) in rows}

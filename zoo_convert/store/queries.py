@@ -37,7 +37,9 @@ def status(store: ResultStore) -> dict[str, Any]:
     """The latest run at a glance: models converted, variants verified, failure kinds, regressions.
 
     A model is converted when its fp32 graph verified; it is partial when a variant
-    beside it failed. Variants count the artifacts that were made. Empty when there is no run.
+    beside it failed; inconclusive when its fp32 graph matched a reference that proves
+    nothing (neither converted nor not). Variants count the artifacts that were made.
+    Empty when there is no run.
     """
     cols, rows = query(store, "SELECT * FROM runs ORDER BY run_seq DESC LIMIT 1")
     if not rows:
@@ -48,11 +50,12 @@ def status(store: ResultStore) -> dict[str, Any]:
         """
         WITH jobs AS (
             SELECT job_key, any_value(job_status) = 'passed' AS converted,
+                any_value(job_status) = 'inconclusive' AS inconclusive,
                 bool_or(status = 'failed') AS any_failed, count(*) AS n_rows
             FROM results WHERE run_id = $run GROUP BY job_key
         )
         SELECT count(*), count(*) FILTER (WHERE converted), count(*) FILTER (WHERE converted AND any_failed),
-            coalesce(sum(n_rows), 0),
+            count(*) FILTER (WHERE inconclusive), coalesce(sum(n_rows), 0),
             (SELECT count(*) FILTER (WHERE status = 'passed') FROM results WHERE run_id = $run AND variant IS NOT NULL),
             (SELECT count(*) FROM results WHERE run_id = $run AND variant IS NOT NULL)
         FROM jobs
@@ -66,13 +69,14 @@ def status(store: ResultStore) -> dict[str, Any]:
         [run["run_id"]],
     )
     _, regressed = query(store, "SELECT count(*) FROM regressions WHERE run_id = ?", [run["run_id"]])
-    jobs, converted, partial, n_rows, variants_verified, variants = counts[0]
+    jobs, converted, partial, inconclusive, n_rows, variants_verified, variants = counts[0]
     return {
         **{k: run[k] for k in ("run_id", "name", "status", "manifest", "started_at", "finished_at")},
         "jobs": jobs,
         "converted": converted,
         "partial": partial,
-        "not_converted": jobs - converted,
+        "inconclusive": inconclusive,
+        "not_converted": jobs - converted - inconclusive,
         "variants_verified": variants_verified,
         "variants": variants,
         "result_rows": n_rows,
@@ -93,6 +97,7 @@ def format_status(info: dict[str, Any]) -> str:
         ("finished_at", info["finished_at"]),
         ("converted", f"{info['converted']} of {info['jobs']} models (fp32 verified)"),
         ("partial", f"{info['partial']} (converted, a variant failed)"),
+        ("inconclusive", f"{info['inconclusive']} (the PyTorch reference proves nothing: constant, zero or non-finite)"),
         ("not converted", info["not_converted"]),
         ("variants", f"{info['variants_verified']} of {info['variants']} verified"),
         ("failure kinds", kinds),

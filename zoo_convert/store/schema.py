@@ -18,11 +18,12 @@ Views (the model identity is source + revision + exporter + requested opset)::
 
     latest_results    every variant row of the latest recorded job per model
     result_cells      results with a pre-artifact failure counted failed in every default variant
-    compat_matrix     model type x opset x variant -> pass rate, over latest results
+    compat_matrix     model type x opset x variant -> pass rate and inconclusive cells, over latest results
     regressions       a cell that passed and now fails, max error grew tenfold, or ORT p50
                       latency 20% slower, vs the same variant of the model's previous job
                       (``results.previous_job_seq``, set by the writer)
-    failure_signatures latest failures grouped by normalised message
+    failure_signatures latest failures grouped by normalised message (the row's own model type
+                      and source replaced too: one cause, one signature)
 """
 
 from __future__ import annotations
@@ -240,6 +241,71 @@ _RESULTS_TIMEOUT = "ALTER TABLE results ADD COLUMN timeout_s DOUBLE;\n" + _VIEWS
     "CREATE VIEW", "CREATE OR REPLACE VIEW"
 )
 
+# One cause, one signature: a message also names the model it failed on, by its model type
+# (``llama for task``, ``(t5)``, ``M2M100Embeddings``: any case, ``-``/``_`` or nothing between
+# the parts) and by its source (a hub id or a folder). Both are the row's own columns, so
+# they are replaced exactly, before the general rules; the rules are migration 2's plus
+# identifier lists in parentheses (``(encoder_model, decoder_model)``) and counts like ``2/30``
+# (``<ratio>``; the path rule read them as ``2<path>``).
+_SIGNATURES_BY_CAUSE = r"""
+CREATE OR REPLACE MACRO failure_signature(msg, model_type := NULL, source := NULL) AS left(trim(regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    regexp_replace(
+    CASE WHEN coalesce(model_type, '') = '' THEN
+        CASE WHEN position('/' IN coalesce(source, '')) > 0 THEN replace(msg, source, '<source>') ELSE msg END
+    ELSE regexp_replace(regexp_replace(
+        CASE WHEN position('/' IN coalesce(source, '')) > 0 THEN replace(msg, source, '<source>') ELSE msg END,
+        '\b(' || regexp_replace(regexp_replace(model_type, '([^A-Za-z0-9_ -])', '\\\1', 'g'), '[-_ ]', '[-_ ]?', 'g')
+            || ')(for|model|config|pretrained|embeddings|encoder|decoder|layer|attention|tokenizer'
+            || '|imageprocessor|featureextractor|processor|onnxconfig)',
+        '<model>\2', 'gi'),
+        '\b' || regexp_replace(regexp_replace(model_type, '([^A-Za-z0-9_ -])', '\\\1', 'g'), '[-_ ]', '[-_ ]?', 'g')
+            || '\b',
+        '<model>', 'gi') END,
+        '''[^'']*''|"[^"]*"|`[^`]*`', '<name>', 'g'),
+        '\(\s*[A-Za-z_][\w.\-]+(?:\s*,\s*[A-Za-z_][\w.\-]+)*\s*\)', '(<name>)', 'g'),
+        '\b\d+/\d+\b', '<ratio>', 'g'),
+        '(?:[A-Za-z]:)?(?:[~.]?[/\\][^\s/\\:,;()\[\]]+)+[/\\]?', '<path>', 'g'),
+        '\b(?:0x[0-9a-fA-F]+|[0-9a-fA-F]{7,})\b', '<hex>', 'g'),
+        '[-+]?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b', '<n>', 'g'),
+        '\s+', ' ', 'g')), 300);
+
+CREATE OR REPLACE VIEW failure_signatures AS
+SELECT
+    failure_kind,
+    stage,
+    failure_signature(message, model_type := model_type, source := source) AS signature,
+    count(*) AS n,
+    count(DISTINCT source) AS models,
+    list_sort(list_distinct(list(source)))[1:20] AS sample_models,
+    any_value(message) AS example
+FROM latest_results
+WHERE status = 'failed'
+GROUP BY ALL;
+"""
+
+# An inconclusive cell (verified against a PyTorch reference that proves nothing) is neither
+# passed nor failed: the matrix counts it apart, and it is not a pass.
+_INCONCLUSIVE_CELLS = """
+CREATE OR REPLACE VIEW compat_matrix AS
+SELECT
+    coalesce(c.model_type, 'unknown') AS model_type,
+    coalesce(c.opset, c.opset_requested) AS opset,
+    c.variant,
+    count(*) AS models,
+    count(*) FILTER (WHERE c.status = 'passed') AS passed,
+    count(*) FILTER (WHERE c.status = 'passed') / count(*) AS pass_rate,
+    list_sort(list_distinct(list(c.failure_kind))) AS failure_kinds,
+    count(*) FILTER (WHERE c.status = 'inconclusive') AS inconclusive
+FROM result_cells c
+SEMI JOIN latest_results l ON c.job_seq = l.job_seq
+GROUP BY ALL;
+"""
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -256,6 +322,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "publications", _PUBLICATIONS),
     Migration(4, "run names", _RUN_NAMES),
     Migration(5, "results.timeout_s", _RESULTS_TIMEOUT),
+    Migration(6, "signatures by cause", _SIGNATURES_BY_CAUSE),
+    Migration(7, "inconclusive cells", _INCONCLUSIVE_CELLS),
 )
 
 SCHEMA_MIGRATIONS = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -56,14 +57,15 @@ def manifest_table(models: Sequence[ZooModel], prefix: str = "") -> pa.Table:
             "task": m.task,
             "revision": None,
             "opsets": None,
-            "exporter": "optimum",
+            "exporter": m.exporter,
             "variants": ["fp32", "fp16", "int8"],
             "timeout_s": None,
             "memory_gb": None,
             "gpu": False,
             "allow_remote_code": False,
             "allow_pickle": False,
-            "priority": 0,
+            # A torch export takes 10-20 s where optimum's takes 1-3: submitted first, it does not end the run alone.
+            "priority": 1 if m.exporter == "torch" else 0,
             "tags": m.tags,
         }
         for m in models
@@ -82,15 +84,17 @@ def build_model(spec: ZooModel, folder: Path) -> None:
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
-    config_kwargs = dict(spec.config)
+    config_kwargs = copy.deepcopy(spec.config)  # composite configs pop keys from their sub-config dicts
     tokenizer = None
     if spec.tokenizer is not None:
         tokenizer = make_tokenizer(spec.tokenizer)
         ids = {f"{role[: -len('_token')]}_token_id": tok for role, tok in spec.tokenizer.roles.items()}
         ids = {k: v for k, v in ids.items() if k in ("pad_token_id", "bos_token_id", "eos_token_id")}
         text = {"vocab_size": len(tokenizer), **{k: tokenizer.convert_tokens_to_ids(t) for k, t in ids.items()}}
-        if "text_config" in config_kwargs:  # two-tower models: the tokenizer feeds the text tower
-            config_kwargs["text_config"] = {**config_kwargs["text_config"], **text}
+        # Two-tower models: the tokenizer feeds the text tower; encoder-decoder compositions: the decoder.
+        tower = next((k for k in ("text_config", "decoder") if k in config_kwargs), None)
+        if tower is not None:
+            config_kwargs[tower] = {**config_kwargs[tower], **text}
         else:
             config_kwargs.update(text)
         config_kwargs.update({k: tokenizer.convert_tokens_to_ids(t) for k, t in spec.token_ids.items()})
@@ -98,7 +102,8 @@ def build_model(spec: ZooModel, folder: Path) -> None:
     torch.manual_seed(model_seed(spec.name))
     cls = getattr(transformers, spec.model_class or TASK_CLASSES[spec.task])
     model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
-    model.save_pretrained(folder, safe_serialization=True)
+    shards = {"max_shard_size": spec.max_shard_size} if spec.max_shard_size else {}
+    model.save_pretrained(folder, safe_serialization=True, **shards)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     if spec.processor is not None:

@@ -5,9 +5,10 @@ const DATA = JSON.parse(document.getElementById("zoo-data").textContent);
 const ZOO = { loaded: {}, waiting: {} };
 // Every variant some latest result has, in the farm's order (records.VARIANTS): opt-in ones appear once made.
 const VARIANTS = DATA.variants.filter((v) => DATA.matrix.some((m) => m.variant === v));
-// A model is passed (every variant verified), partial (converted: fp32 verified, another variant failed)
-// or failed (not converted); sorting by status puts the worst first.
-const STATUS_ORDER = { failed: 0, partial: 1, passed: 2 };
+// A model is passed (every variant verified), partial (converted: fp32 verified, another variant failed),
+// failed (not converted) or inconclusive (its PyTorch reference proves nothing: neither converted nor failed);
+// sorting by status puts the worst first.
+const STATUS_ORDER = { failed: 0, inconclusive: 1, partial: 2, passed: 3 };
 const $ = (sel) => document.querySelector(sel);
 
 function esc(v) {
@@ -31,6 +32,7 @@ function table(cols, rows, empty) {
   return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
 }
 function jobStatus(jobStatus, variantStatuses) {
+  if (jobStatus === "inconclusive") return "inconclusive";
   if (jobStatus !== "passed") return "failed";
   return variantStatuses.some((s) => s !== "passed") ? "partial" : "passed";
 }
@@ -40,7 +42,8 @@ function renderHeadline() {
   const cards = [
     [`${h.converted}/${h.models}`, "models converted (fp32 verified), latest result each"],
     [h.partial, "partial: converted, a variant failed"],
-    [h.models - h.converted, "not converted"],
+    [h.inconclusive, "inconclusive: the PyTorch reference proves nothing"],
+    [h.models - h.converted - h.inconclusive, "not converted"],
     [`${h.variants_verified}/${h.variants}`, "variants verified (of those made)"],
     [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", "median fp32 speedup vs PyTorch"],
     [DATA.regressions.length, "regressions in the latest run"],
@@ -64,9 +67,11 @@ function renderMatrix() {
     html += `<tr><td>${esc(r.model_type)}</td><td>${esc(r.task ?? "–")}</td><td class="num">${esc(r.opset)}</td>`;
     for (const v of VARIANTS) {
       const c = r.cells[v];
-      html += c
-        ? `<td class="cell" style="background:${heat(c.pass_rate)}" title="${esc(c.failure_kinds.filter(Boolean).join(", "))}">${c.passed}/${c.models}</td>`
-        : '<td class="empty"></td>';
+      if (!c) { html += '<td class="empty"></td>'; continue; }
+      // An inconclusive cell is not a pass: counted apart, marked with "?" and named in the title.
+      const why = [...c.failure_kinds.filter(Boolean), ...(c.inconclusive ? [`${c.inconclusive} inconclusive`] : [])];
+      const mark = c.inconclusive ? ` <span class="inconclusive-mark">${c.inconclusive}?</span>` : "";
+      html += `<td class="cell" style="background:${heat(c.pass_rate)}" title="${esc(why.join(", "))}">${c.passed}/${c.models}${mark}</td>`;
     }
     html += "</tr>";
   }

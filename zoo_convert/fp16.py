@@ -1,0 +1,258 @@
+"""The fp16 recipe: what to rewrite before ONNX Runtime's float16 converter, and what it must leave in fp32.
+
+Two classes of silent fp16 drift, each measured on a real family:
+
+* **Names shared between If branches.** optimum's merged decoders keep the
+  no-cache and the cache decoder as the two branches of one ``If``, each with
+  the same tensor names (``/model/decoder/Cast_5_output_0`` is made in both).
+  The converter's cleanup maps tensor names to nodes across every graph, so a
+  cascaded-Cast removal in one branch rewires a node of the other: in m2m_100's
+  no-cache branch the encoder attention mask's ``Cast(Sub(1, mask))`` was
+  rewired to read the raw mask, every encoder position became masked, and the
+  output drifted from layer 1 on (cosine 0.973). :func:`unshadow_branches`
+  gives every name made inside a branch a prefix of its own first.
+* **Index arithmetic.** Some models compute integer indices with float ops:
+  T5's relative-position buckets (``Cast(int->float) -> Div -> Log -> Div ->
+  Mul -> Cast(->int)``). In fp16 the log lands on the other side of an integer
+  boundary and positions move to a neighbouring bucket (mt5: max abs 0.135
+  against 0.05). :func:`index_arithmetic` finds float nodes that compute only
+  from integers and small constants and end in a cast back to an integer;
+  the converter keeps them in fp32 (its ``node_block_list``, as transformers.js's
+  float16 conversion does with its block lists). Float values that flow on as
+  floats (attention masks) are not index arithmetic and are converted as before:
+  keeping the mask's ``finfo(float32).min`` in fp32 would turn into -inf at the
+  cast and NaN on a fully masked row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+from . import onnx_graph
+
+_INTEGER = frozenset(
+    {
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT64,
+        onnx.TensorProto.BOOL,
+    }
+)
+_FLOAT = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE})
+# A constant this small is a hyperparameter (a bucket count, a log scale), not a weight.
+_SMALL_CONSTANT = 16
+
+
+def unshadow_branches(graph: onnx.GraphProto) -> None:
+    """Give every tensor and node made inside an If/Loop branch a name no other graph uses.
+
+    A branch's inputs and outputs bind by position, and its reads of outer names are
+    left alone, so renaming what a branch makes changes nothing else. ORT's cleanup
+    also drops Constants no node reads, so a branch output made by a Constant gets an
+    Identity after it.
+    """
+    for node in graph.node:
+        for attr_name, sub in onnx_graph.subgraphs(node):
+            prefix = f"{node.name or node.op_type}/{attr_name}/"
+            made = {o for n in sub.node for o in n.output if o}
+            made |= {t.name for t in sub.initializer} | {i.name for i in sub.input}
+            _rename(sub, {name: prefix + name for name in made})
+            # Node names too, unique within the branch (the block list is by name; optimum's merge
+            # names a Constant it adds like one already there).
+            taken = {n.name for n in sub.node}
+            seen: set[str] = set()
+            for i, n in enumerate(sub.node):
+                if not n.name or n.name in seen:
+                    base = n.name or f"{n.op_type}_{i}"
+                    n.name = base
+                    while n.name in taken:
+                        n.name += "_"
+                    taken.add(n.name)
+                seen.add(n.name)
+                n.name = prefix + n.name
+            producers = {o: n for n in sub.node for o in n.output}
+            for out in sub.output:
+                producer = producers.get(out.name)
+                if producer is not None and producer.op_type == "Constant":
+                    producer.output[0] = out.name + "/constant"
+                    sub.node.append(
+                        onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name], name=out.name + "/identity")
+                    )
+            unshadow_branches(sub)
+
+
+def _rename(graph: onnx.GraphProto, names: dict[str, str]) -> None:
+    """Apply ``names`` to every reference in ``graph`` and the graphs nested in it."""
+    for g in onnx_graph.graphs(graph):
+        for n in g.node:
+            n.input[:] = [names.get(x, x) for x in n.input]
+            n.output[:] = [names.get(x, x) for x in n.output]
+        for value in [*g.input, *g.output, *g.value_info]:
+            value.name = names.get(value.name, value.name)
+        for tensor in g.initializer:
+            tensor.name = names.get(tensor.name, tensor.name)
+
+
+def index_arithmetic(model: onnx.ModelProto) -> list[str]:
+    """Names of the float nodes that compute integer indices (see the module docstring), in every graph.
+
+    Needs unique tensor names across graphs (:func:`unshadow_branches` first); unnamed
+    nodes it picks are given names. Types come from ONNX shape inference; where it
+    cannot type a tensor (contrib ops, a model over 2 GB) that tensor is not index
+    arithmetic, so the recipe never keeps more in fp32 than it can justify.
+    """
+    types = _elem_types(model)
+    nodes = [n for g in onnx_graph.graphs(model.graph) for n in g.node]
+    small = {t.name for g in onnx_graph.graphs(model.graph) for t in g.initializer if _size(t) <= _SMALL_CONSTANT}
+    small |= {o for n in nodes if n.op_type == "Constant" and _constant_size(n) <= _SMALL_CONSTANT for o in n.output}
+
+    # Float tensors computed from integers and small constants alone, in graph order.
+    derived: set[str] = set()
+    candidates: list[onnx.NodeProto] = []
+    for n in nodes:
+        if n.op_type == "Constant" or not n.output or types.get(n.output[0]) not in _FLOAT:
+            continue
+        ins = [i for i in n.input if i]
+        integer = [i for i in ins if types.get(i) in _INTEGER or i in derived]
+        if integer and all(i in small or i in integer for i in ins):
+            derived.update(n.output)
+            candidates.append(n)
+
+    # Of those, the ones whose values reach a cast back to an integer through derived tensors.
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    keep: set[int] = set()
+    for n in reversed(candidates):  # consumers come later in a topologically sorted graph
+        if any(_casts_to_integer(c) or id(c) in keep for o in n.output for c in consumers.get(o, ())):
+            keep.add(id(n))
+    # Only closed chains: the converter does not cast a kept node's fp32 output back to fp16
+    # for a converted reader inside an If branch (an attention mask's 1 - mask feeds a bool
+    # Cast and a Where: it stays fp16, where 0 and 1 are exact anyway).
+    changed = True
+    while changed:
+        changed = False
+        for n in candidates:
+            readers = [c for o in n.output for c in consumers.get(o, ())]
+            if id(n) in keep and not all(_casts_to_integer(c) or id(c) in keep for c in readers):
+                keep.discard(id(n))
+                changed = True
+    casts = [c for n in candidates if id(n) in keep for o in n.output for c in consumers.get(o, ()) if _casts_to_integer(c)]
+    chosen = [n for n in candidates if id(n) in keep] + casts
+    return _names(model, chosen + _own_constants(model, chosen))
+
+
+def _own_constants(model: onnx.ModelProto, chosen: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The Constant nodes the chosen nodes read, each given to them alone.
+
+    The converter casts a kept node's fp16 inputs back to fp32 only where it has their
+    types, which it lacks for Constants inside If branches: the kept nodes read a
+    Constant that stays fp32 with them, copied where another node reads it too.
+    """
+    kept = {id(n) for n in chosen}
+    found: list[onnx.NodeProto] = []
+    for g in onnx_graph.graphs(model.graph):
+        nodes = list(g.node)
+        consumers: dict[str, list[onnx.NodeProto]] = {}
+        for n in nodes:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        order: list[onnx.NodeProto] = []
+        for n in nodes:
+            order.append(n)
+            if n.op_type != "Constant" or not n.output or not any(id(c) in kept for c in consumers.get(n.output[0], ())):
+                continue
+            readers = consumers[n.output[0]]
+            if all(id(c) in kept for c in readers):
+                found.append(n)
+                continue
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            copy.name = ""
+            copy.output[0] = n.output[0] + "/fp32"
+            for reader in readers:
+                if id(reader) in kept:
+                    reader.input[:] = [copy.output[0] if x == n.output[0] else x for x in reader.input]
+            order.append(copy)
+            found.append(copy)
+        if len(order) != len(nodes):
+            del g.node[:]
+            g.node.extend(order)
+    return found
+
+
+def _names(model: onnx.ModelProto, chosen: list[onnx.NodeProto]) -> list[str]:
+    """The chosen nodes' names, naming the unnamed ones uniquely first (the block list is by name)."""
+    taken = {n.name for g in onnx_graph.graphs(model.graph) for n in g.node if n.name}
+    names: list[str] = []
+    for i, node in enumerate(chosen):
+        if not node.name:
+            name = f"fp32_index_{node.op_type}_{i}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+        if node.name not in names:
+            names.append(node.name)
+    return names
+
+
+def _casts_to_integer(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Cast" and any(a.name == "to" and a.i in _INTEGER for a in node.attribute)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor ONNX shape inference can type, in every graph."""
+    # The transformers optimizer writes com.microsoft ops without importing the domain; ONNX
+    # inference then refuses the whole graph instead of skipping the ops it has no schema for.
+    imported = {o.domain for o in model.opset_import}
+    missing = {n.domain for g in onnx_graph.graphs(model.graph) for n in g.node} - imported - {"ai.onnx"}
+    added = [model.opset_import.add() for _ in sorted(missing)]
+    for entry, domain in zip(added, sorted(missing)):
+        entry.domain, entry.version = domain, 1
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except (ValueError, onnx.shape_inference.InferenceError):  # over 2 GB, or a graph inference rejects
+        inferred = model
+    finally:
+        for _ in added:
+            model.opset_import.pop()
+    types: dict[str, int] = {}
+    for g in onnx_graph.graphs(inferred.graph):
+        for value in [*g.input, *g.output, *g.value_info]:
+            if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
+                types[value.name] = value.type.tensor_type.elem_type
+        for tensor in g.initializer:
+            types[tensor.name] = tensor.data_type
+        for n in _constants(g):
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if value is not None:
+                types[n.output[0]] = value.data_type
+    return types
+
+
+def _constants(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    return (n for n in graph.node if n.op_type == "Constant" and n.output)
+
+
+def _size(tensor: onnx.TensorProto) -> int:
+    size = 1
+    for d in tensor.dims:
+        size *= d
+    return size
+
+
+def _constant_size(node: onnx.NodeProto) -> int:
+    value = next((a.t for a in node.attribute if a.name == "value"), None)
+    if value is not None:
+        return _size(value)
+    # value_float / value_int and friends are scalars; list forms are short by construction
+    return 1
