@@ -9,7 +9,7 @@ the others get the zoo's tokenizer of the same family, whose 1,000 ids are all
 valid for the larger vocabulary the config keeps.
 
     python benchmarks/_realsize.py build NAME DIR   # one checkpoint, run in a child so the caller stays small
-    python benchmarks/_realsize.py latency SPEC     # ORT latency and cosine vs PyTorch, JSON on stdout
+    python benchmarks/_realsize.py latency SPEC OUT # ORT latency and cosine vs PyTorch, as JSON into OUT
 """
 
 from __future__ import annotations
@@ -476,8 +476,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["build"] and len(argv) == 3:
         build(argv[1], Path(argv[2]))
         return 0
-    if argv[:1] == ["latency"] and len(argv) == 2:
-        print(json.dumps(latency(json.loads(Path(argv[1]).read_text()))))
+    if argv[:1] == ["latency"] and len(argv) == 3:
+        Path(argv[2]).write_text(json.dumps(latency(json.loads(Path(argv[1]).read_text()))))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -12,10 +12,12 @@ the wrapped calls it makes (so rows overlap); ``forks`` counts the load checks'
 children, whose memory this process does not see.
 
     .venv/bin/python benchmarks/_trace_convert.py CHECKPOINT --task TASK [--variants fp32,fp16,int8]
-        [--no-benchmark] [--out DIR] [--json trace.json] [--malloc-trim]
+        [--no-benchmark] [--out DIR] [--json trace.json] [--timeline] [--release]
 
-``--malloc-trim`` calls glibc's malloc_trim after export, to measure how much
-of the RSS export leaves behind is freed memory glibc had not returned.
+``--release`` runs a full garbage collection, then glibc's malloc_trim, after
+export, check and optimize, and prints the RSS after each: how much of what a
+stage leaves resident is unreachable cycles, how much freed memory glibc kept,
+and how much is still referenced.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import gc
 import json
 import os
 import resource
@@ -228,9 +231,15 @@ def install(tr: Tracer) -> None:
     # The aliases onnx.load / onnx.save are the same functions, so they were caught above.
 
     for cls in _classes("InferenceSession"):
-        cls.__init__ = tr.wrap("ort.InferenceSession", cls.__init__, _session_bytes)
+        # The Python class, and the C++ one it constructs (reads the file; optimization and prepacking
+        # happen after, in initialize_session, counted in the Python row only).
+        label = "ort.InferenceSession" if cls.__module__.endswith("collection") else "  ort C.InferenceSession() (no init)"
+        cls.__init__ = tr.wrap(label, cls.__init__, _session_bytes if "C++" not in label else None)
     for cls in _classes("SymbolicShapeInference"):
-        cls.infer_shapes = staticmethod(tr.wrap("ort.SymbolicShapeInference", cls.infer_shapes))
+        cls.infer_shapes = staticmethod(tr.wrap("ort.SymbolicShapeInference.infer_shapes", cls.infer_shapes))
+        cls._infer_impl = tr.wrap("ort.SymbolicShapeInference._infer_impl (every run)", cls._infer_impl)
+    for cls in _classes("SymbolicShapeInferenceHelper"):
+        cls.infer = tr.wrap("ort.SymbolicShapeInferenceHelper.infer (in fusions)", cls.infer)
     for cls in _classes("OnnxModel"):
         cls.convert_float_to_float16 = tr.wrap("ort.OnnxModel.convert_float_to_float16", cls.convert_float_to_float16)
         cls.save_model_to_file = tr.wrap("ort.OnnxModel.save_model_to_file", cls.save_model_to_file)
@@ -263,6 +272,34 @@ def install(tr: Tracer) -> None:
     os.fork = counted_fork  # type: ignore[assignment]
 
 
+def print_timeline(events: list[tuple[float, str, float, float]]) -> None:
+    """The wrapped calls as they nested, with RSS at entry and exit and the peak in between."""
+    depth = 0
+    for t, name, rss, peak in events:
+        if name.endswith(">"):
+            print(f"{t:8.2f} {'  ' * depth}{name[:-1]}  rss {rss:.2f}")
+            depth += 1
+        else:
+            depth -= 1
+            print(f"{t:8.2f} {'  ' * depth}/{name[1:]}  rss {rss:.2f}  peak {peak:.2f}")
+
+
+def _then_release(fn: Callable[..., Any], name: str, libc: Any) -> Callable[..., Any]:
+    """``fn``, then a full garbage collection, then glibc's malloc_trim(0); prints the RSS after each."""
+
+    def released(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        before = _status_kb("VmRSS")
+        found = gc.collect()
+        collected = _status_kb("VmRSS")
+        libc.malloc_trim(0)
+        print(f"after {name}: RSS {before / GB:.2f} GB, after gc.collect() ({found} objects) {collected / GB:.2f} GB,"
+              f" after malloc_trim {_status_kb('VmRSS') / GB:.2f} GB", flush=True)  # fmt: skip
+        return result
+
+    return released
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint")
@@ -272,7 +309,8 @@ def main() -> int:
     ap.add_argument("--no-optimize", action="store_true")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--json", type=Path, help="write rows and the call timeline here")
-    ap.add_argument("--malloc-trim", action="store_true", help="malloc_trim(0) after export; print what it returned")
+    ap.add_argument("--timeline", action="store_true", help="print the calls in order, nested, with RSS")
+    ap.add_argument("--release", action="store_true", help="gc.collect() and malloc_trim(0) after export, check, optimize")
     args = ap.parse_args()
 
     t_start = time.perf_counter()
@@ -283,19 +321,12 @@ def main() -> int:
     from zoo_convert.records import ManifestEntry, Settings
     from zoo_convert.stages import export
 
-    if args.malloc_trim:
+    if args.release:
+        from zoo_convert.stages import check, optimize
+
         libc = ctypes.CDLL("libc.so.6")
-        traced_export = export.export
-
-        def export_then_trim(*a: Any, **k: Any) -> Any:
-            result = traced_export(*a, **k)
-            before = _status_kb("VmRSS")
-            libc.malloc_trim(0)
-            after = _status_kb("VmRSS")
-            print(f"malloc_trim after export: RSS {before / GB:.2f} -> {after / GB:.2f} GB", flush=True)
-            return result
-
-        _replace_everywhere(traced_export, export_then_trim)
+        for mod, name in ((export, "export"), (check, "check"), (optimize, "optimize")):
+            _replace_everywhere(getattr(mod, name), _then_release(getattr(mod, name), name, libc))
 
     with tempfile.TemporaryDirectory(prefix="trace-convert-") as tmp:
         out = args.out or Path(tmp)
@@ -309,14 +340,17 @@ def main() -> int:
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
     print(f"{args.checkpoint}: {result.status} {result.failure_kind or ''} {result.message or ''}".rstrip())
+    # No ru_maxrss here: resetting VmHWM (clear_refs) resets the figure getrusage reports too.
     print(f"imports and wrapping {t_imports:.1f} s; convert_one wall {wall:.1f} s, CPU {cpu:.1f} s "
-          f"(+ {kids.ru_utime + kids.ru_stime:.1f} s in children); ru_maxrss {c1.ru_maxrss / 1e6:.2f} GB; "
+          f"(+ {kids.ru_utime + kids.ru_stime:.1f} s in children); peak RSS {max(r.peak for r in tr.rows.values()) / GB:.2f} GB; "
           f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"{'call':44}{'calls':>6}{'wall s':>8}{'cpu s':>8}{'GB io':>8}{'peak GB':>9}{'rise GB':>9}")
     order = sorted(tr.rows.items(), key=lambda kv: (not kv[0].startswith("STAGE"), -kv[1].wall_s))
     for name, r in order:
         io = f"{r.bytes / GB:.2f}" if r.bytes else ""
         print(f"{name:44}{r.calls:>6}{r.wall_s:>8.2f}{r.cpu_s:>8.2f}{io:>8}{r.peak / GB:>9.2f}{r.rise / GB:>9.2f}")
+    if args.timeline:
+        print_timeline(tr.events)
     if args.json:
         rows = {k: vars(v) for k, v in tr.rows.items()}
         record = {"rows": rows, "events": tr.events, "wall_s": wall, "cpu_s": cpu, "result": json.loads(result.to_json())}

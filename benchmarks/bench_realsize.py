@@ -192,13 +192,12 @@ def part2(model: RealModel, ckpt: Path, work: Path, sides: dict[str, Side], thre
     spec = work / "latency.json"
     spec.write_text(json.dumps({"model_dir": str(ckpt), "task": model.task, "threads": threads, "rounds": rounds,
                                 "block_s": 0.3, "artifacts": {k: str(p) for k, p in artifacts.items()}}))  # fmt: skip
-    out = work / "latency.out"
-    m = measure([sys.executable, str(Path(__file__).with_name("_realsize.py")), "latency", str(spec)], out)
-    lines = out.read_text().strip().splitlines()
-    if m.rc != 0 or not lines:
-        print(f"  part 2 failed for {model.name}: see {out}")
+    log, out = work / "latency.log", work / "latency-result.json"
+    m = measure([sys.executable, str(Path(__file__).with_name("_realsize.py")), "latency", str(spec), str(out)], log)
+    if m.rc != 0 or not out.is_file():
+        print(f"  part 2 failed for {model.name}: see {log}")
         return None
-    report = json.loads(lines[-1])
+    report = json.loads(out.read_text())
     report["load"] = m.load
     return report
 
@@ -246,7 +245,8 @@ def main() -> int:
     latency: dict[str, dict] = {}
     weights: dict[str, int] = {}
     repeat: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-realsize-", dir=ROOT / "build") as tmp:
+    CKPT_DIR.mkdir(parents=True, exist_ok=True)  # the work folder goes beside it: same disk as the artifacts
+    with tempfile.TemporaryDirectory(prefix="bench-realsize-", dir=CKPT_DIR.parent) as tmp:
         base = args.keep or Path(tmp)
         for model in models:
             ckpt = checkpoint(model)
