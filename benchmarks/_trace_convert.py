@@ -239,7 +239,7 @@ def install(tr: Tracer) -> None:
         cls.infer_shapes = staticmethod(tr.wrap("ort.SymbolicShapeInference.infer_shapes", cls.infer_shapes))
         cls._infer_impl = tr.wrap("ort.SymbolicShapeInference._infer_impl (every run)", cls._infer_impl)
     for cls in _classes("SymbolicShapeInferenceHelper"):
-        cls.infer = tr.wrap("ort.SymbolicShapeInferenceHelper.infer (in fusions)", cls.infer)
+        cls.infer = tr.wrap("ort.SymbolicShapeInferenceHelper.infer (fusions, fp16)", cls.infer)
     for cls in _classes("OnnxModel"):
         cls.convert_float_to_float16 = tr.wrap("ort.OnnxModel.convert_float_to_float16", cls.convert_float_to_float16)
         cls.save_model_to_file = tr.wrap("ort.OnnxModel.save_model_to_file", cls.save_model_to_file)
