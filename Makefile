@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= build/demo
 
-.PHONY: demo test venv clean chromium bench
+.PHONY: demo test venv clean chromium node-deps bench
 
 venv: $(VENV)/.installed
 
@@ -28,13 +28,25 @@ chromium:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
-test: venv chromium
+# The transformers.js tests run the real library in node. Debian's nodejs where the machine has no
+# node; then `npm ci` installs exactly tests/js/package-lock.json (transformers.js pinned) from npm's
+# cache when it can. --ignore-scripts: onnxruntime-node's npm tarball already holds its CPU binaries,
+# its postinstall would only download optional GPU ones.
+JS := tests/js
+node-deps: $(JS)/node_modules/.installed
+$(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
+	cd $(JS) && npm ci --ignore-scripts --prefer-offline --no-audit --no-fund --loglevel=error
+	touch $@
+
+test: venv chromium node-deps
 	$(BIN)/python -m pytest
 
 # Each benchmark prints its verdict last; all of them run even when one misses its target.
-BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo
+BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo bench_verify_shapes
 bench: venv
 	@status=0; for b in $(BENCHES); do echo "== $$b"; $(BIN)/python benchmarks/$$b.py || status=1; done; exit $$status
 
 clean:
-	rm -rf $(VENV) build
+	rm -rf $(VENV) build $(JS)/node_modules

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -36,6 +37,24 @@ def build_zoo(out: Path, only: list[str] | None = None) -> Path:
 def zoo_rows(manifest: Path) -> list[dict]:
     """The rows of a zoo manifest, in zoo order."""
     return pq.read_table(manifest).to_pylist()
+
+
+def add_zoo_options(ap: argparse.ArgumentParser) -> None:
+    """``--models``, ``--zoo`` and ``--keep``: the options of the scripts that run the bundled zoo."""
+    ap.add_argument("--models", type=int, help="how many zoo models, evenly spread over the zoo (default: all)")
+    ap.add_argument("--zoo", type=Path, help="an already built zoo (default: build one in a temp folder)")
+    ap.add_argument("--keep", type=Path, help="work here and keep the logs, DBs and artifacts")
+
+
+def zoo_job_rows(args: argparse.Namespace, work: Path) -> list[dict]:
+    """The manifest rows of ``--zoo`` (else a zoo built under ``work``), ``--models`` of them, with absolute sources."""
+    zoo_dir = args.zoo or work / "zoo"
+    if args.zoo is None:
+        build_zoo(zoo_dir)
+    base = spread(zoo_rows(zoo_dir / "manifest.parquet"), args.models)
+    rows = [{**r, "source": str((zoo_dir / r["source"]).resolve())} for r in base]
+    print(f"{len(rows)} models: {' '.join(Path(r['source']).name for r in rows)}", flush=True)
+    return rows
 
 
 def spread(items: list, n: int | None) -> list:

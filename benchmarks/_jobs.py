@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings, StageResult, VariantResult
 
 
-def tiny_result(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def tiny_result(
+    entry: ManifestEntry, settings: Settings, *, on_stage: Callable[[str], None] | None = None
+) -> ConversionResult:
     """A cheap fake stage: a small passed result per variant, shaped like a real one, no work done."""
     return ConversionResult(
         source=entry.source,

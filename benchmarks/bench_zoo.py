@@ -11,8 +11,9 @@ What each side does:
 
   - ``export+verify``: fp32, ``--no-optimize --no-benchmark``: fetch, export,
     check (onnx.checker, shape inference) and verify (ORT vs PyTorch at two
-    shapes). The loop's work, and a little more: the targets apply to this
-    configuration, run ``--repeat`` times (3); the median run is judged.
+    short shapes and a long one). The loop's work, and a little more: the
+    targets apply to this configuration, run ``--repeat`` times (3); the
+    median run is judged.
   - ``fp32``: the same plus the fused fp32 graph (checked against the plain
     export) and ORT + PyTorch latency: the farm's default per-model work.
   - ``all``: the default run, fp32, fp16 and int8 variants.
@@ -42,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-from _common import BIN, build_zoo, machine, spread, verdict, zoo_rows
+from _common import BIN, add_zoo_options, machine, verdict, zoo_job_rows
 
+from zoo_convert.errors import LONG_INPUTS_ONLY
 from zoo_convert.isolation import WARM_MODULE, default_address
 from zoo_convert.manifest import write_manifest
 
@@ -68,6 +70,7 @@ class FarmRun:
     slots: int
     jobs: int
     passed: int
+    long_only: int
     variant_rows: dict[str, tuple[int, int]]
     phases: dict[str, float]
 
@@ -100,6 +103,11 @@ def run_farm_cli(label: str, rows: list[dict], work: Path, *flags: str) -> FarmR
     per_variant = con.execute(
         "SELECT variant, count(*) FILTER (WHERE status = 'passed'), count(*) FROM results GROUP BY variant ORDER BY 1"
     ).fetchall()
+    # The zoo's length-switch models (bigbird, phi3-longrope) fail fp32 at the long verify shape by design.
+    (long_only,) = con.execute(
+        "SELECT count(DISTINCT job_key) FROM results WHERE job_status = 'failed' AND variant = 'fp32'"
+        f" AND starts_with(message, '{LONG_INPUTS_ONLY}:')"
+    ).fetchone()
     resources, run_start, run_end = con.execute("SELECT resources, epoch(started_at), epoch(finished_at) FROM runs").fetchone()
     con.close()
     first, last = min(s for s, _, _ in jobs), max(f for _, f, _ in jobs)
@@ -118,6 +126,7 @@ def run_farm_cli(label: str, rows: list[dict], work: Path, *flags: str) -> FarmR
         slots=int(json.loads(resources)["CPU"]),
         jobs=len(jobs),
         passed=sum(status == "passed" for _, _, status in jobs),
+        long_only=long_only,
         variant_rows={str(v): (p, n) for v, p, n in per_variant},
         phases=phases,
     )
@@ -168,21 +177,14 @@ def run_loop(label: str, rows: list[dict], work: Path, width: int) -> tuple[floa
 def main() -> int:
     """Run both sides; print the table; exit 1 when a target is missed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=int, help="how many zoo models, evenly spread over the zoo (default: all)")
-    ap.add_argument("--zoo", type=Path, help="an already built zoo (default: build one in a temp folder)")
+    add_zoo_options(ap)
     ap.add_argument("--no-all-variants", action="store_true", help="skip the informational all-variants farm run")
     ap.add_argument("--repeat", type=int, default=3, help="export+verify farm runs; the median one is judged")
-    ap.add_argument("--keep", type=Path, help="work here and keep the logs, DBs and artifacts")
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="bench-zoo-") as tmp:
         work = args.keep or Path(tmp)
-        zoo_dir = args.zoo or work / "zoo"
-        if args.zoo is None:
-            build_zoo(zoo_dir)
-        base = spread(zoo_rows(zoo_dir / "manifest.parquet"), args.models)
-        rows = [{**r, "source": str((zoo_dir / r["source"]).resolve())} for r in base]
-        print(f"{len(rows)} models: {' '.join(Path(r['source']).name for r in rows)}", flush=True)
+        rows = zoo_job_rows(args, work)
 
         fp32_rows = [{**r, "variants": ["fp32"]} for r in rows]
         tries = []
@@ -218,7 +220,9 @@ def main() -> int:
         f">= {SEQ_TARGET:g}x the sequential loop": seq_s / farm.wall_s >= SEQ_TARGET,
         f">= {X2_TARGET:g}x the 2-wide loop": x2_s / farm.wall_s >= X2_TARGET,
         f"efficiency >= {EFFICIENCY_TARGET:g}": farm.efficiency_span >= EFFICIENCY_TARGET,
-        "every farm job passed": all(r.passed == r.jobs for r in [*tries, *runs]),
+        "every farm job passed (or failed at the long verify shape only)": all(
+            r.passed + r.long_only == r.jobs for r in [*tries, *runs]
+        ),
     }
     return verdict(
         "bench_zoo",

@@ -14,6 +14,11 @@
 #   ZOO_ADDRESS        Ray address for the farm                            (default auto)
 #   ZOO_MAX_IN_FLIGHT  jobs in flight at once                  (default: the farm's own)
 #   ZOO_NAMESPACE      Hub organization to publish to; empty skips publishing
+#   ZOO_HUB_REQUESTS_PER_5MIN   Hub API requests the token may make per 5 minutes, shared by
+#                      the driver and every worker                  (default 1000, a free account)
+#   ZOO_HUB_DOWNLOADS_PER_5MIN  Hub file downloads per 5 minutes             (default 5000)
+#   ZOO_HUB_COMMITS_PER_HOUR    commits publishing may make per hour; the rest waits for the
+#                      next night, first in line                                 (default 128)
 #   ZOO_PYTHON         the interpreter zoo-convert is installed in        (default python3)
 #
 # Exit status: 0 when the farm ran (models that failed to convert are results, shown on the
@@ -28,6 +33,9 @@ ZOO_SITE="${ZOO_SITE:-$(dirname "$ZOO_OUT")/site}"
 ZOO_ADDRESS="${ZOO_ADDRESS:-auto}"
 ZOO_MAX_IN_FLIGHT="${ZOO_MAX_IN_FLIGHT:-}"
 ZOO_NAMESPACE="${ZOO_NAMESPACE:-}"
+ZOO_HUB_REQUESTS_PER_5MIN="${ZOO_HUB_REQUESTS_PER_5MIN:-}"
+ZOO_HUB_DOWNLOADS_PER_5MIN="${ZOO_HUB_DOWNLOADS_PER_5MIN:-}"
+ZOO_HUB_COMMITS_PER_HOUR="${ZOO_HUB_COMMITS_PER_HOUR:-}"
 ZOO_PYTHON="${ZOO_PYTHON:-python3}"
 
 log() { printf '[nightly %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -57,9 +65,11 @@ PY
 }
 
 mkdir -p "$(dirname "$ZOO_DB")"
-# One run at a time: DuckDB allows a single writer, and a second run would back up a DB mid-write.
-exec 9>"$ZOO_DB.lock"
-if ! flock --nonblock 9; then
+# One nightly at a time: a second one would restore or back up the DB mid-write. `zoo-convert run`
+# takes the DB's own run lock ($ZOO_DB.lock) itself, so this one has another name; a run started
+# by hand that holds the DB is noticed here too, before anything is restored or backed up.
+exec 9>"$ZOO_DB.nightly.lock"
+if ! flock --nonblock 9 || ! flock --nonblock "$ZOO_DB.lock" true; then
   log "another run holds $ZOO_DB; not starting"
   exit 75
 fi
@@ -71,7 +81,10 @@ fi
 
 log "converting $ZOO_MANIFEST on $ZOO_ADDRESS"
 run_status=0
-zoo-convert run "$ZOO_MANIFEST" --db "$ZOO_DB" --out "$ZOO_OUT" --address "$ZOO_ADDRESS" ${ZOO_MAX_IN_FLIGHT:+--max-in-flight "$ZOO_MAX_IN_FLIGHT"} || run_status=$?
+zoo-convert run "$ZOO_MANIFEST" --db "$ZOO_DB" --out "$ZOO_OUT" --address "$ZOO_ADDRESS" \
+  ${ZOO_MAX_IN_FLIGHT:+--max-in-flight "$ZOO_MAX_IN_FLIGHT"} \
+  ${ZOO_HUB_REQUESTS_PER_5MIN:+--hub-requests-per-5min "$ZOO_HUB_REQUESTS_PER_5MIN"} \
+  ${ZOO_HUB_DOWNLOADS_PER_5MIN:+--hub-downloads-per-5min "$ZOO_HUB_DOWNLOADS_PER_5MIN"} || run_status=$?
 
 # Back up whatever the run recorded, even when it stopped early: the DB is the farm's memory.
 if [[ -e "$ZOO_DB" ]]; then
@@ -79,7 +92,7 @@ if [[ -e "$ZOO_DB" ]]; then
   "$ZOO_PYTHON" -c 'import duckdb, sys; duckdb.connect(sys.argv[1]).execute("CHECKPOINT").close()' "$ZOO_DB"
   storage backup "$ZOO_DB" "$ZOO_BACKUP/results-$(date -u +%Y%m%dT%H%M%SZ).duckdb" "$ZOO_BACKUP/results.duckdb"
 fi
-if (( run_status > 1 )); then
+if (( run_status != 0 )); then  # run exits 0 whatever the models did: anything else stopped it
   log "the farm could not run (exit $run_status)"
   exit "$run_status"
 fi
@@ -89,7 +102,9 @@ zoo-convert dashboard --db "$ZOO_DB" --out "$ZOO_SITE"
 
 if [[ -n "$ZOO_NAMESPACE" ]]; then
   log "publishing to $ZOO_NAMESPACE"
-  zoo-convert publish --db "$ZOO_DB" --namespace "$ZOO_NAMESPACE"
+  zoo-convert publish --db "$ZOO_DB" --namespace "$ZOO_NAMESPACE" \
+    ${ZOO_HUB_REQUESTS_PER_5MIN:+--hub-requests-per-5min "$ZOO_HUB_REQUESTS_PER_5MIN"} \
+    ${ZOO_HUB_COMMITS_PER_HOUR:+--hub-commits-per-hour "$ZOO_HUB_COMMITS_PER_HOUR"}
 else
   log "ZOO_NAMESPACE is empty; not publishing"
 fi

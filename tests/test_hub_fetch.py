@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import json
 import shutil
 from collections.abc import Iterator
@@ -13,7 +16,7 @@ import pytest
 from hubserver import HubServer
 from zoo_convert.errors import FailureKind, FetchError
 from zoo_convert.pipeline import convert_one
-from zoo_convert.records import ManifestEntry, Settings
+from zoo_convert.records import HubSnapshot, ManifestEntry, Settings
 from zoo_convert.stages.fetch import fetch, resolve_revision
 
 TOKEN = "hf_fetchTestToken0123456789"
@@ -93,3 +96,41 @@ def test_server_errors_are_transient(hub: tuple[HubServer, dict[str, str]], tmp_
     with pytest.raises(FetchError) as info:
         fetch(ManifestEntry(source=REPO), _settings(server, tmp_path))
     assert info.value.kind == FailureKind.FETCH_TRANSIENT and info.value.kind.transient
+
+
+def test_convert_prints_no_download_progress_bars(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
+    """huggingface_hub draws tqdm bars on stderr for every snapshot; our output is our lines only."""
+    server, _ = hub
+    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_TOKEN": TOKEN, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("zoo-convert")), "convert", REPO, "--revision", "v1", "--out",
+         str(tmp_path / "out"), "--variants", "fp32", "--no-optimize", "--no-benchmark"],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASSED" in proc.stdout
+    assert "Fetching" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr
+
+
+def test_an_owners_listing_resolves_its_ids_in_fewer_requests_and_gives_up_when_it_does_not_pay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zoo_convert.plan import keyed_jobs
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    with HubServer(page_size=2) as server:
+        shas = {f"many/m{i}": server.seed_repo(f"many/m{i}", folder) for i in range(6)}
+        shas |= {f"big/m{i}": server.seed_repo(f"big/m{i}", folder) for i in range(10)}
+        # All six of many's models; two of big's ten, on its last page.
+        wanted = [*(f"many/m{i}" for i in range(6)), "big/m8", "big/m9"]
+        jobs, unresolved = keyed_jobs([ManifestEntry(source=s) for s in wanted], _settings(server, tmp_path))
+        requests = server.counts()
+    assert unresolved == []
+    assert {j.entry.source: (j.resolved_revision, j.entry.snapshot) for j in jobs} == {
+        s: (shas[s], HubSnapshot(sha=shas[s], files=(".gitattributes", "config.json"))) for s in wanted
+    }
+    # many: three pages for six models; big: one page that found nothing, then one model_info each.
+    assert requests == {"list_models": 3 + 1, "model_info": 2}

@@ -244,6 +244,9 @@ def nightly_env(tmp_path: Path) -> dict[str, str]:
         "ZOO_DB": str(tmp_path / "driver" / "results.duckdb"),
         "ZOO_MAX_IN_FLIGHT": "4",
         "ZOO_NAMESPACE": "my-org",
+        "ZOO_HUB_REQUESTS_PER_5MIN": "2500",
+        "ZOO_HUB_DOWNLOADS_PER_5MIN": "12000",
+        "ZOO_HUB_COMMITS_PER_HOUR": "64",
     }
 
 
@@ -267,7 +270,13 @@ def test_nightly_sh_commands_parse_and_the_db_is_backed_up_and_restored(nightly_
     assert first.returncode == 0, first.stderr
     calls = _calls(nightly_env)
     assert [c[0] for c in calls] == ["run", "dashboard", "publish"]
-    assert calls[0][calls[0].index("--max-in-flight") + 1] == "4"
+    run, _, publish = calls
+    assert run[run.index("--max-in-flight") + 1] == "4"
+    # One Hub budget for the whole run, and the same token's budget for publishing after it.
+    assert run[run.index("--hub-requests-per-5min") + 1] == "2500"
+    assert run[run.index("--hub-downloads-per-5min") + 1] == "12000"
+    assert publish[publish.index("--hub-requests-per-5min") + 1] == "2500"
+    assert publish[publish.index("--hub-commits-per-hour") + 1] == "64"
     backups = sorted(p.name for p in Path(nightly_env["ZOO_BACKUP"]).iterdir())
     assert "results.duckdb" in backups and len(backups) == 2, backups
 
@@ -279,10 +288,21 @@ def test_nightly_sh_commands_parse_and_the_db_is_backed_up_and_restored(nightly_
     assert duckdb.connect(str(db), read_only=True).execute("SELECT x FROM t").fetchone() == (42,)
 
 
-def test_nightly_sh_refuses_a_second_concurrent_run(nightly_env: dict[str, str]) -> None:
+def test_every_scheduler_sets_the_hub_budgets_nightly_sh_reads() -> None:
+    names = ("ZOO_HUB_REQUESTS_PER_5MIN", "ZOO_HUB_DOWNLOADS_PER_5MIN", "ZOO_HUB_COMMITS_PER_HOUR")
+    script = NIGHTLY.read_text()
+    assert all(f'{n}="${{{n}:-}}"' in script for n in names)
+    settings = _doc("ConfigMap")["data"]
+    assert all(settings[n].isdigit() for n in names)
+    zoo_env = " ".join(yaml.safe_load(AWS.read_text())["setup_commands"])
+    assert all(re.search(rf"\b{n}=\d+", zoo_env) for n in names)
+
+
+@pytest.mark.parametrize("held", [".nightly.lock", ".lock"])  # another nightly; a `zoo-convert run` started by hand
+def test_nightly_sh_refuses_a_second_concurrent_run(nightly_env: dict[str, str], held: str) -> None:
     db = Path(nightly_env["ZOO_DB"])
     db.parent.mkdir()
-    with open(f"{db}.lock", "w") as lock:
+    with open(f"{db}{held}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run = _nightly(nightly_env)
     assert run.returncode == 75, run.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from zoo_convert.errors import UnsafeForkServerError
 from zoo_convert.isolation import ForkServer, fork_server, run_isolated
+from zoo_convert.pipeline import StageCallback
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 
 TESTS = Path(__file__).resolve().parent
@@ -19,28 +22,28 @@ TESTS = Path(__file__).resolve().parent
 ENTRY = ManifestEntry(source="fault", row=7, tags=("t",))
 
 
-def quick(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def quick(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     return ConversionResult(source=entry.source, status=PASSED)
 
 
-def hang(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def hang(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     time.sleep(3600)
     raise AssertionError("unreachable")
 
 
-def segfault(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def segfault(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     os.kill(os.getpid(), signal.SIGSEGV)
     raise AssertionError("unreachable")
 
 
-def hog(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def hog(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     chunks = []
     while True:
         chunks.append(bytearray(64 * 2**20))  # bytearray touches its pages: RSS grows
         time.sleep(0.005)
 
 
-def raises(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def raises(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     raise RuntimeError("bug in a job function")
 
 
@@ -64,10 +67,11 @@ def test_the_same_child_runs_jobs_repeatedly(settings: Settings) -> None:
     # the overhead target (< 150 ms per job) is measured in benchmarks/bench_isolation.py
 
 
-def crash_in_verify(entry: ManifestEntry, settings: Settings) -> ConversionResult:
-    from zoo_convert import pipeline
-
-    pipeline.on_stage("verify[fp16]")
+def crash_in_verify(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
+    assert on_stage is not None, "isolation passes the stage callback"
+    on_stage("verify[fp16]")
     os.kill(os.getpid(), signal.SIGSEGV)
     raise AssertionError("unreachable")
 
@@ -99,13 +103,15 @@ def test_faults_become_results(fn, kwargs: dict, kind: str, settings: Settings) 
     assert run_isolated(quick, ENTRY, settings).passed
 
 
-def where_am_i(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def where_am_i(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Reports the child's parent (the server), GPU mask and working directory."""
     seen = f"{os.getppid()} {os.environ.get('CUDA_VISIBLE_DEVICES')} {os.getcwd()}"
     return ConversionResult(source=entry.source, status=PASSED, message=seen)
 
 
-def hang_with_pidfile(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+def hang_with_pidfile(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
     Path(settings.out_dir, "job.pid").write_text(str(os.getpid()))
     time.sleep(3600)
     raise AssertionError("unreachable")
@@ -169,3 +175,83 @@ def test_a_server_nobody_uses_exits(tmp_path: Path, settings: Settings) -> None:
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{pid}").exists() and not Path(address).exists()
+
+
+# Binds as root (the folder is root's, 0700), then listens as another user: the socket's
+# peer credentials are the listener's. Prints how many bytes the client sent it.
+_FOREIGN_LISTENER = """
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+os.setgid(int(sys.argv[2]))
+os.setuid(int(sys.argv[2]))
+s.listen(1)
+print("ready", flush=True)
+s.settimeout(60)
+conn, _ = s.accept()
+conn.settimeout(5)
+got = 0
+try:
+    while chunk := conn.recv(1 << 16):
+        got += len(chunk)
+except socket.timeout:
+    pass
+print(got, flush=True)
+"""
+
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (CI runs as root)")
+
+
+@needs_root
+def test_a_listener_of_another_user_receives_nothing(tmp_path: Path, settings: Settings) -> None:
+    folder = tmp_path / "s"
+    folder.mkdir(mode=0o700)
+    address = str(folder / "fork.sock")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    listener = subprocess.Popen([sys.executable, "-c", _FOREIGN_LISTENER, address, str(nobody)], stdout=subprocess.PIPE, text=True)
+    assert listener.stdout is not None and listener.stdout.readline().strip() == "ready"
+    try:
+        with pytest.raises(UnsafeForkServerError, match=f"served by uid {nobody}") as refused:
+            client = ForkServer(address, preload="zoo_convert.records", linger_s=0.5)
+            client.run(quick, ENTRY, settings, str(tmp_path / "r.json"), 10, None)
+        assert str(folder) in str(refused.value) and refused.value.folder == str(folder)
+        assert listener.communicate(timeout=30)[0].strip() == "0"
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+def _foreign_owner(folder: Path) -> None:
+    folder.mkdir(mode=0o700)
+    os.chown(folder, pwd.getpwnam("nobody").pw_uid, -1)
+
+
+def _open_mode(folder: Path) -> None:
+    folder.mkdir()
+    folder.chmod(0o777)
+
+
+def _symlink(folder: Path) -> None:
+    real = folder.with_name("real")
+    real.mkdir(mode=0o700)  # our own, 0700: only the link is wrong
+    folder.symlink_to(real)
+
+
+def _a_file(folder: Path) -> None:
+    folder.write_text("")
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("plant", "problem"),
+    [(_foreign_owner, "belongs to uid"), (_open_mode, "has mode 0777"), (_symlink, "is a symbolic link"),
+     (_a_file, "is not a directory")],
+)  # fmt: skip
+def test_a_planted_socket_folder_is_refused_before_anything_starts(tmp_path: Path, plant, problem: str) -> None:
+    folder = tmp_path / "s"
+    plant(folder)
+    with pytest.raises(UnsafeForkServerError, match=problem) as refused:
+        ForkServer(str(folder / "fork.sock"), preload="zoo_convert.records", linger_s=0.5)
+    assert f"{folder} {problem}" in str(refused.value) and "rm -rf" in str(refused.value)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.name != "real") == ["s"]  # no lock, log or socket made

@@ -56,6 +56,15 @@ def test_valid_rows_expand_per_opset_with_absolute_local_paths(mixed: Path) -> N
     assert m.entries[2].variants == ("fp32", "fp16", "int8") and m.entries[2].priority == 5
 
 
+def test_opt_in_variants_are_asked_for_by_name(tmp_path: Path) -> None:
+    """uint8 and q4 exist but only a row that names them gets them; a transformers.js dtype is not a variant."""
+    rows = [{"source": "org/a", "variants": ["fp32", "uint8", "q4"]}, {"source": "org/b", "variants": ["q8"]}]
+    m = read_manifest(write_manifest(rows, tmp_path / "m.parquet"))
+    assert [e.variants for e in m.entries] == [("fp32", "uint8", "q4")]
+    ((row, reason),) = [(p.row, p.reason) for p in m.problems]
+    assert row == 2 and "unknown variant" in reason and "fp32, fp16, int8, uint8, q4" in reason
+
+
 def test_file_level_problems(tmp_path: Path) -> None:
     pq.write_table(pa.table({"task": ["fill-mask"], "opsets": ["17"]}), tmp_path / "a.parquet")
     m = read_manifest(tmp_path / "a.parquet")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +14,7 @@ import onnx
 import pyarrow.parquet as pq
 import pytest
 
-from zoo_convert import pipeline
+from zoo_convert.errors import LONG_INPUTS_ONLY
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
@@ -47,13 +49,39 @@ def test_at_least_90_percent_of_the_zoo_verifies_at_1e_4(zoo_results: dict[str, 
     assert len(passed) / len(zoo_results) >= 0.9, failed
 
 
+def test_a_model_right_for_short_inputs_only_is_told_apart(
+    zoo_results: dict[str, ConversionResult], tmp_path: Path
+) -> None:
+    """verify_numerics either way; the message prefix (and the failing shapes) say which, in the DB too."""
+    from zoo_convert.store import ResultStore
+
+    long_only = {name for name, r in zoo_results.items() if r.message and LONG_INPUTS_ONLY in r.message}
+    assert long_only == {"bigbird", "phi3-longrope"}  # block-sparse attention, longrope past its original context
+    for name in long_only:
+        fp32 = zoo_results[name].variant("fp32")
+        assert fp32.failure_kind == "verify_numerics"
+        assert fp32.message.startswith(f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at 1x"), fp32.message
+        assert all(o.passed for o in fp32.outputs if o.shape in ("1x7", "3x19"))
+    with ResultStore(tmp_path / "results.duckdb") as store:
+        store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+        store.record_many("r", [(f"k{i}", r) for i, r in enumerate(zoo_results.values())])
+        with store.connect() as con:
+            sql = "SELECT source FROM results WHERE failure_kind = 'verify_numerics' AND message LIKE ?"
+            rows = con.execute(sql, [f"{LONG_INPUTS_ONLY}:%"]).fetchall()
+            signatures = con.execute("SELECT signature, models FROM failure_signatures").fetchall()
+    assert {Path(source).name for (source,) in rows} == long_only
+    # One signature for "right for short inputs only", apart from any other numerics failure.
+    assert sum(n for sig, n in signatures if sig.startswith(LONG_INPUTS_ONLY)) == len(long_only)
+
+
 def test_results_carry_the_facts_of_the_export(zoo_results: dict[str, ConversionResult]) -> None:
     result = next(r for n, r in zoo_results.items() if r.passed and r.model_type == "bert")
     assert result.opset and result.ir_version and result.node_count > 10
     assert sum(result.op_census.values()) == result.node_count
     fp32 = result.variant("fp32")
     assert fp32.file == "onnx/model.onnx" and fp32.size_bytes > 0
-    assert {o.shape for o in fp32.outputs} == {"1x7", "3x19"}  # Settings.verify_shapes, not the dummy input
+    # Settings.verify_shapes and the long shape, not the dummy input
+    assert {o.shape for o in fp32.outputs} == {"1x7", "3x19", "1x128"}
     assert fp32.ort_p50_ms > 0 and fp32.torch_p50_ms > 0
     assert [s.stage for s in result.stages][:4] == ["fetch", "export", "check", "optimize"]
     assert Path(result.artifacts_dir, "onnx", "model.onnx").is_file()
@@ -67,7 +95,8 @@ def test_minilm_converts_all_variants(minilm_dir: Path, tmp_path: Path) -> None:
     assert result.variant("fp32").max_abs <= 1e-4
     assert result.variant("int8").min_cosine >= 0.98
     onnx_dir = Path(result.artifacts_dir, "onnx")
-    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx"}
+    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx",
+                                                         "model_int8.onnx"}
     assert (Path(result.artifacts_dir) / "tokenizer.json").is_file()
     assert all(v.speedup and v.speedup > 0 for v in result.variants)
 
@@ -105,14 +134,11 @@ def unoptimized(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
             (path,) = out.rglob("onnx/model.onnx")
             exported["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
 
-    pipeline.on_stage = hash_export
-    try:
-        result = convert_one(
-            ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
-            Settings(out_dir=str(out), optimize=False, benchmark=False),
-        )
-    finally:
-        pipeline.on_stage = None
+    result = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction"),
+        Settings(out_dir=str(out), optimize=False, benchmark=False),
+        on_stage=hash_export,
+    )
     return result, exported["sha256"]
 
 
@@ -125,7 +151,8 @@ def test_no_optimize_no_benchmark_verifies_the_export_as_written(
     model = Path(result.artifacts_dir, "onnx", "model.onnx")
     assert hashlib.sha256(model.read_bytes()).hexdigest() == exported_sha256
     fp32 = result.variant("fp32")
-    assert fp32.status == "passed" and fp32.max_abs <= 1e-4 and {o.shape for o in fp32.outputs} == {"1x7", "3x19"}
+    assert fp32.status == "passed" and fp32.max_abs <= 1e-4
+    assert {o.shape for o in fp32.outputs} == {"1x7", "3x19", "1x128"}
     assert fp32.optimizer["fusion_applied"] is False and fp32.optimizer["methods"] == ["none"]
     for v in result.variants:
         assert (v.ort_p50_ms, v.ort_p90_ms, v.torch_p50_ms, v.torch_p90_ms, v.speedup) == (None,) * 5, v.variant
@@ -145,7 +172,105 @@ def test_no_optimize_still_makes_and_verifies_every_variant(unoptimized: tuple[C
     assert {v.variant: v.status for v in result.variants} == dict.fromkeys(("fp32", "fp16", "int8"), "passed")
     assert sorted(s.details["variant"] for s in result.stages if s.stage == "verify") == ["fp16", "fp32", "int8"]
     onnx_dir = Path(result.artifacts_dir, "onnx")
-    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx"}
+    assert {p.name for p in onnx_dir.glob("*.onnx")} == {"model.onnx", "model_fp16.onnx", "model_quantized.onnx",
+                                                         "model_int8.onnx"}
     assert result.variant("fp16").optimizer["components"]["model"]["source"] == "plain export"
     assert result.variant("fp16").max_abs <= 5e-2 and result.variant("int8").min_cosine >= 0.98
     assert _census(onnx_dir / "model_quantized.onnx")["MatMulInteger"] > 0
+
+
+def test_every_artifact_file_gets_one_mode(zoo_dir: Path, tmp_path: Path) -> None:
+    """onnx writes external data 0600 and a copy kept the checkpoint's mode; the artifacts are 0644 (less the umask)."""
+    ckpt = tmp_path / "bert"
+    shutil.copytree(zoo_dir / "bert", ckpt)
+    (ckpt / "vocab.txt").chmod(0o600)
+    (ckpt / "config.json").chmod(0o755)
+    result = convert_one(
+        ManifestEntry(source=str(ckpt), task="feature-extraction"),
+        Settings(out_dir=str(tmp_path / "out"), external_data_threshold=0, benchmark=False),
+    )
+    assert result.passed, result.message
+    files = [p for p in Path(result.artifacts_dir).rglob("*") if p.is_file()]
+    assert {"model.onnx_data", "model_fp16.onnx_data", "vocab.txt", "config.json"} <= {p.name for p in files}
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert {p.relative_to(tmp_path): oct(p.stat().st_mode & 0o777) for p in files} == {
+        p.relative_to(tmp_path): oct(0o644 & ~umask) for p in files
+    }
+
+
+@pytest.mark.parametrize(("options", "errno_name"), [("size=64k", "No space left"), ("ro", "Read-only file system")])
+def test_a_full_or_read_only_disk_is_a_storage_error_not_the_models(
+    options: str, errno_name: str, zoo_dir: Path, tiny_disk
+) -> None:
+    from zoo_convert.errors import FailureKind
+
+    out = tiny_disk(options)
+    result = convert_one(
+        ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",)),
+        Settings(out_dir=str(out), benchmark=False),
+    )
+    assert (result.failure_kind, result.stage) == ("storage_error", "export"), result.message
+    assert errno_name in result.message
+    kind = FailureKind(result.failure_kind)
+    assert kind.transient and not kind.terminal  # the farm retries it, and the next run redoes it
+
+
+# A real bug of ours induced inside a real conversion: a value our own code then trips over.
+# (attribute patched, its value, the stage that fails, a function of ours in the traceback)
+OUR_BUGS = [
+    ("zoo_convert.stages.export.shape_kwargs", lambda *args: None, "export", "_export_optimum"),
+    ("zoo_convert.shapes.MIN_LONG_TOKENS", None, "verify", "_clamp_sequence"),
+    ("zoo_convert.stages.benchmark.BENCH_SEQUENCE", None, "benchmark", "_clamp_sequence"),
+]
+
+
+@pytest.mark.parametrize(("target", "value", "stage", "frame"), OUR_BUGS, ids=[b[2] for b in OUR_BUGS])
+def test_a_bug_of_ours_is_internal_with_its_traceback(
+    target: str, value: object, stage: str, frame: str, zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zoo_convert.store import ResultStore
+
+    monkeypatch.setattr(target, value)
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), optimize=False, **FAST))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "internal", stage), result.message
+    assert "TypeError: " in result.message and frame in result.traceback
+    if stage != "export":  # a variant-level failure keeps its own traceback, in the record and in the DB
+        fp32 = result.variant("fp32")
+        assert (fp32.failure_kind, fp32.traceback) == ("internal", result.traceback) and frame in fp32.traceback
+        with ResultStore(tmp_path / "results.duckdb") as store:
+            store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+            store.record("r", "k", result)
+            with store.connect() as con:
+                sql = "SELECT failure_kind, stage, traceback FROM results WHERE variant = 'fp32'"
+                row = con.execute(sql).fetchone()
+        assert row[:2] == ("internal", stage) and frame in row[2]
+
+
+def test_a_bug_of_ours_while_making_a_variant_fails_that_variant_as_internal(
+    zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("zoo_convert.stages.optimize._GELU_HOPS", None)  # range(None) in our int8 code
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, **FAST))
+    assert result.passed, result.message  # fp32 decides; the broken int8 fails alone
+    int8 = result.variant("int8")
+    assert (int8.status, int8.failure_kind) == ("failed", "internal")
+    assert int8.message.startswith("int8 of model: TypeError: ") and "_after_gelu" in int8.traceback
+    assert "traceback" not in int8.optimizer and "traceback" not in int8.optimizer["components"]["model"]
+
+
+def test_a_numerics_mismatch_is_recorded_with_every_check(zoo_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.records import Tolerance
+
+    strict = {"fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)}
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), tolerances=strict, optimize=False, benchmark=False))
+    fp32 = result.variant("fp32")
+    assert (result.failure_kind, result.stage, fp32.failure_kind) == ("verify_numerics", "verify", "verify_numerics")
+    assert {o.shape for o in fp32.outputs} == {"1x7", "3x19", "1x128"} and not any(o.passed for o in fp32.outputs)
+    assert not fp32.message.startswith(LONG_INPUTS_ONLY)  # the short shapes failed too: wrong, not long-only
+    worst = max(fp32.outputs, key=lambda o: o.max_abs)
+    assert fp32.max_abs == worst.max_abs and f"worst {worst.output} at {worst.shape}" in fp32.message
+    assert "(tolerance 0)" in fp32.message and fp32.traceback is None  # data, not a crash

@@ -22,9 +22,12 @@ def test_the_same_settings_give_the_same_key() -> None:
     assert _key(Settings()) == _key(Settings(out_dir="elsewhere", timeout_s=5.0))
 
 
-@pytest.mark.parametrize("change", [{"optimize": False}, {"benchmark": False}, {"optimize": False, "benchmark": False}])
+@pytest.mark.parametrize(
+    "change", [{"optimize": False}, {"benchmark": False}, {"optimize": False, "benchmark": False}, {"verify_long": False}]
+)
 def test_switching_optimize_or_benchmark_off_changes_the_key(change: dict) -> None:
-    """A --no-benchmark result has no latencies: a default nightly must not take it as its answer."""
+    """A --no-benchmark result has no latencies, a --no-long-shape one never saw a long input:
+    a default nightly must not take either as its answer."""
     default = _key(Settings())
     assert _key(replace(Settings(), **change)) != default
     assert _key(Settings(**change)) == _key(Settings(**change))
@@ -51,3 +54,20 @@ def test_jobs_go_longest_first_by_last_durations_and_unknown_ones_first(tmp_path
     # without history: priority, then manifest order
     plan = make_plan(manifest, Settings())
     assert [Path(j.entry.source).name for j in plan.jobs] == ["urgent", "quick", "slow", "new", "medium"]
+
+
+def test_one_unreadable_checkpoint_does_not_stop_the_plan(tmp_path: Path, poison) -> None:
+    from zoo_convert.manifest import read_manifest, write_manifest
+    from zoo_convert.plan import make_plan
+
+    hows = ("proc-mem", "dangling", "folder")
+    for name in ("good", *hows):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text('{"model_type": "bert"}')
+        if name != "good":
+            poison(tmp_path / name, name)
+    rows = [{"source": str(tmp_path / n)} for n in ("good", *hows)]
+    plan = make_plan(read_manifest(write_manifest(rows, tmp_path / "m.parquet")), Settings())
+    revisions = {Path(j.entry.source).name: j.resolved_revision for j in plan.jobs}
+    assert revisions["good"].startswith("sha256:") and revisions["proc-mem"] == "unresolved:default", revisions
+    assert len(plan.jobs) == 4  # each job's fetch records what is wrong with its checkpoint

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,8 @@ from zoo_convert.cli import cli
 from zoo_convert.farm import FarmOptions, run_farm
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import Settings
-from zoo_convert.stages.publish import (
-    PUBLISHED,
-    REFUSED,
-    UNCHANGED,
+from zoo_convert.publish import (
+    PublicationStatus,
     PublishOptions,
     load_candidates,
     publish_candidate,
@@ -86,7 +85,7 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     (pub,) = publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
-    assert pub.status == PUBLISHED, pub.message
+    assert pub.status == PublicationStatus.PUBLISHED, pub.message
     repo = "acme/bert-ONNX"
     head = world.server.commits(repo)[0]
     assert pub.repo_id == repo and pub.commit_sha == head.sha
@@ -94,12 +93,24 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
     assert {"onnx/model.onnx", "onnx/model.onnx_data", "onnx/model_quantized.onnx", "config.json",
             "tokenizer.json", "README.md"} <= set(head.files)
     assert "result.json" not in head.files and head.files["onnx/model.onnx_data"].lfs
+    # int8 under both transformers.js names (q8, int8), each graph naming its own data file: the data
+    # is one LFS object, uploaded once.
+    files = head.files
+    assert {"onnx/model_int8.onnx", "onnx/model_int8.onnx_data", "onnx/model_quantized.onnx_data"} <= set(files)
+    assert files["onnx/model_int8.onnx_data"].sha256 == files["onnx/model_quantized.onnx_data"].sha256
+    puts = [path for m, path, _ in world.server.log if m == "PUT" and path.startswith("/lfs/acme/bert-ONNX/")]
+    assert len(puts) == len(set(puts)) and f"/lfs/acme/bert-ONNX/objects/{files['onnx/model_int8.onnx_data'].sha256}" in puts
+    sizes = {p: len(f.content) for p, f in files.items() if p != "README.md" and p != ".gitattributes"}
+    assert pub.uploaded_bytes == sum(sizes.values()) - sizes["onnx/model_int8.onnx_data"] + len(files["README.md"].content)
 
     local = Path(snapshot_download(repo, endpoint=world.server.url, token=TOKEN, cache_dir=tmp_path / "dl"))
     card = ModelCard.load(local / "README.md")
     assert card.data.base_model == SOURCE and card.data.license == "mit"
     assert card.data.pipeline_tag == "fill-mask" and "onnx" in card.data.tags
     assert 'ORTModelForMaskedLM.from_pretrained("acme/bert-ONNX", subfolder="onnx")' in card.text
+    assert "| `'q8'` | `onnx/model_quantized.onnx` | int8:" in card.text
+    assert "| `'int8'` | `onnx/model_int8.onnx` | int8:" in card.text
+    assert "SentenceTransformer" not in card.text  # not a sentence-transformers checkpoint
 
     tokenizer = AutoTokenizer.from_pretrained(local)
     inputs = tokenizer(["the farm converts models", "hello"], padding=True, return_tensors="pt")
@@ -114,20 +125,20 @@ def test_publish_then_load_with_ortmodel(world: World, tmp_path: Path) -> None:
 
     with ResultStore(world.db).connect() as con:
         rows = con.execute("SELECT status, commit_sha, commit_url FROM publications WHERE repo_id = ?", [repo]).fetchall()
-    assert rows == [(PUBLISHED, head.sha, pub.commit_url)]
+    assert rows == [(PublicationStatus.PUBLISHED, head.sha, pub.commit_url)]
 
 
 def test_second_publish_uploads_nothing(world: World) -> None:
     repo = "acme/bert-ONNX"
     if repo not in world.server.repos:
         publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
-    commits, seen = len(world.server.commits(repo)), len(world.server.log)
+    commits, since = len(world.server.commits(repo)), time.monotonic()
     (pub,) = publish_run(ResultStore(world.db), _options(world.server), token=TOKEN)
-    assert pub.status == UNCHANGED and pub.uploaded_bytes == 0
+    assert pub.status == PublicationStatus.UNCHANGED and pub.uploaded_bytes == 0
     assert pub.commit_sha == world.server.commits(repo)[0].sha
     assert len(world.server.commits(repo)) == commits
-    writes = [r for r in world.server.log[seen:] if r[0] in ("PUT", "POST")]
-    assert [r for r in writes if r[1] != "/api/repos/create"] == []
+    # One request per unchanged model (its files' hashes), plus one token check per publish.
+    assert world.server.counts(since=since) == {"model_info": 1, "whoami_v2": 1}
 
 
 def test_429_and_500_are_survived_without_reuploading(world: World, caplog: pytest.LogCaptureFixture) -> None:
@@ -136,7 +147,7 @@ def test_429_and_500_are_survived_without_reuploading(world: World, caplog: pyte
     world.server.fail_next(r"^/api/models/flaky/bert-ONNX/commit/", 429, retry_after=0.05)
     with caplog.at_level(logging.DEBUG):
         (pub,) = publish_run(ResultStore(world.db), _options(world.server, "flaky"), token=TOKEN)
-    assert pub.status == PUBLISHED, pub.message
+    assert pub.status == PublicationStatus.PUBLISHED, pub.message
     statuses = [s for _, path, s in world.server.log if path.startswith("/api/models/flaky/")]
     assert 500 in statuses and 429 in statuses
     assert len(world.server.commits(repo)) == 2  # the repo's initial commit + ours, nothing half-done
@@ -153,8 +164,8 @@ def test_failed_verification_is_refused(world: World) -> None:
     (candidate,) = load_candidates(ResultStore(world.db), world.run_id)
     failed = dataclasses.replace(candidate, job_status="failed")
     seen = len(world.server.log)
-    pub = publish_candidate(None, failed, _options(world.server, "refused"), token=TOKEN)
-    assert pub.status == REFUSED and "--include-failed" in (pub.message or "")
+    pub = publish_candidate(None, failed, _options(world.server, "refused"))
+    assert pub.status == PublicationStatus.REFUSED and "--include-failed" in (pub.message or "")
     assert len(world.server.log) == seen
 
 
@@ -172,3 +183,77 @@ def test_cli_dry_run_then_publish(world: World, monkeypatch: pytest.MonkeyPatch)
     assert TOKEN not in dry.output + real.output
     monkeypatch.delenv("HF_TOKEN")
     assert CliRunner().invoke(cli, args).exit_code == 2
+
+
+def test_a_bad_token_stops_before_any_repo_with_one_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    monkeypatch.delenv("HF_TOKEN")
+    seen = len(world.server.log)
+    args = ["publish", "--db", str(world.db), "--namespace", "badtoken", "--endpoint", world.server.url]
+    bad = CliRunner().invoke(cli, [*args, "--token", "hf_notTheRightToken000"])
+    assert bad.exit_code != 0
+    assert "refuses the token (HTTP 401)" in bad.output and bad.output.count("401") == 1
+    assert "hf_notTheRightToken000" not in bad.output
+    assert [(m, p, s) for m, p, s in world.server.log[seen:]] == [("GET", "/api/whoami-v2", 401)]
+
+    good = CliRunner().invoke(cli, [*args, "--token", TOKEN])  # --token alone, no HF_TOKEN
+    assert good.exit_code == 0, good.output
+    assert "published" in good.output and "badtoken/bert-ONNX" in world.server.repos
+    assert TOKEN not in good.output
+
+
+def _twelve_models(world: World, tmp_path: Path) -> ResultStore:
+    """A results DB with one run of twelve verified models, each a copy of the world's real artifacts."""
+    from zoo_convert.records import ConversionResult, VariantResult
+
+    with ResultStore(world.db).connect() as con:
+        ((artifacts,),) = con.execute("SELECT DISTINCT artifacts_dir FROM results").fetchall()
+    store = ResultStore(tmp_path / "twelve.duckdb")
+    store.start_run("twelve", manifest="m.parquet", manifest_hash="-", versions={}, resources={}, settings={})
+    jobs = []
+    for i in range(12):
+        folder = shutil.copytree(artifacts, tmp_path / f"model{i:02d}")
+        jobs.append((f"job{i:02d}", ConversionResult(
+            source=f"zoo/model{i:02d}", status="passed", task="fill-mask", model_type="bert", opset=17,
+            resolved_revision="ab" * 20, artifacts_dir=str(folder),
+            variants=(VariantResult("fp32", "passed", file="onnx/model.onnx"),))))
+    store.record_many("twelve", jobs)
+    store.finish_run("twelve")
+    return store
+
+
+def test_publishing_stops_at_the_commit_budget_and_the_next_publish_takes_the_deferred_first(
+    world: World, tmp_path: Path
+) -> None:
+    store = _twelve_models(world, tmp_path)
+    options = _options(world.server, "budget", commits_per_hour=5, commit_window_s=3.0)
+    with HubServer(token=TOKEN, limits={"commits": (5, 3.0)}) as hub:
+        options = dataclasses.replace(options, endpoint=hub.url)
+        names = [f"budget/model{i:02d}-ONNX" for i in range(12)]
+
+        first = publish_run(store, options, token=TOKEN)
+        assert [(p.repo_id, p.status) for p in first] == [
+            *((n, PublicationStatus.PUBLISHED) for n in names[:5]),
+            *((n, PublicationStatus.DEFERRED) for n in names[5:]),
+        ]
+        assert set(hub.repos) == set(names[:5])  # deferred means not even a repo yet
+
+        time.sleep(3.2)  # the hour passes
+        second = publish_run(store, options, token=TOKEN)
+        # The deferred first, oldest first; the five already published are left alone while the budget is spent.
+        assert [(p.repo_id, p.status) for p in second] == [
+            *((n, PublicationStatus.PUBLISHED) for n in names[5:10]),
+            *((n, PublicationStatus.DEFERRED) for n in names[10:]),
+        ]
+
+        time.sleep(3.2)
+        third = publish_run(store, options, token=TOKEN)
+        assert [(p.repo_id, p.status) for p in third][:2] == [(n, PublicationStatus.PUBLISHED) for n in names[10:]]
+        assert {p.status for p in third[2:]} == {PublicationStatus.UNCHANGED} and len(third) == 12
+
+        assert hub.counts(status=429) == {}
+        assert all(len(hub.commits(n)) == 2 for n in names)  # the repo's initial commit + ours: never twice
+    with store.connect() as con:
+        published = con.execute("SELECT job_key, count(*) FROM publications WHERE status = 'published' GROUP BY ALL").fetchall()
+    assert sorted(published) == [(f"job{i:02d}", 1) for i in range(12)]

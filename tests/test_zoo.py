@@ -14,12 +14,13 @@ from PIL import Image
 
 from zoo_convert import zoo
 from zoo_convert.errors import UsageError
+from zoo_convert.zoo.builder import image_size
 
 REPO = Path(__file__).resolve().parents[1]
 # One per tokenizer algorithm, plus a vision and an audio model with processors.
 REBUILT = ("bert", "gpt2", "llama", "t5", "vit", "whisper")
 SMOKE_EXPORTS = ("bert", "gpt2", "t5", "vit", "whisper")
-AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper")
+AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper", "speech2text")
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -98,7 +99,7 @@ def test_model_folder_loads(zoo_dir: Path, name: str) -> None:
         features = extractor(np.zeros(16000, dtype=np.float32), sampling_rate=16000, return_tensors="np")
         assert features[extractor.model_input_names[0]].shape[0] == 1
     elif spec.processor is not None:
-        size = zoo._image_size(config)
+        size = image_size(config)
         image = Image.new("RGB", (40, 40), color=(120, 30, 200))
         pixels = AutoImageProcessor.from_pretrained(folder)(image, return_tensors="np")["pixel_values"]
         assert pixels.shape[-2:] == (size, size)

@@ -1,8 +1,9 @@
 """Fork-server preload: importing this module warms the process that forks every job.
 
 It imports the toolchain (torch, transformers, optimum, onnxruntime, the
-pipeline) and converts one tiny BERT, so forked jobs start with every lazy
-import and first-call cache already paid. Everything runs single-threaded:
+pipeline), quiets the libraries' warnings and logs for every job it will fork,
+and converts one tiny BERT, so forked jobs start with every lazy import and
+first-call cache already paid. Everything runs single-threaded:
 forking a process whose OpenMP or intra-op pool is running deadlocks the child.
 Nothing here may raise: a failed warm-up only makes jobs slower, so it is
 reported on stderr and swallowed.
@@ -26,8 +27,10 @@ def warm_up() -> float:
     import onnxruntime  # noqa: F401
     import transformers
 
-    from .pipeline import convert_one
+    from .pipeline import convert_one, quiet_libraries
     from .records import ManifestEntry, Settings
+
+    quiet_libraries()
 
     with tempfile.TemporaryDirectory(prefix="zoo-warm-") as tmp:
         config = transformers.BertConfig(

@@ -1,34 +1,82 @@
 """The ``zoo-convert`` command line: parse, call the library, one error boundary.
 
-Exit codes: 0 success, 1 a recorded failure (a model that did not convert, a
-regression found), 2 bad usage or bad input.
+Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
+
+* 0 done: the command did what it was asked (``run`` exits 0 whatever the models did).
+* 1 a recorded failure (a model that did not convert, a regression found, a model that
+  did not publish) or an operational error: the results DB locked, missing or
+  unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable.
+* 2 bad usage: a wrong option or argument (click's own errors,
+  :class:`~zoo_convert.errors.UsageError`) or a manifest file that cannot be used
+  (:class:`~zoo_convert.errors.ManifestError`); also ``run`` refused because another run
+  holds the DB (:class:`~zoo_convert.errors.RunLockedError`): like bad usage, nothing was
+  done, and the same command succeeds later or with ``--wait``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-from .errors import ZooConvertError
-from .records import EXPORTERS, VARIANTS, ManifestEntry, Settings
+from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
+from .hub_budget import Governor, HubLimits
+from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
+
+F = TypeVar("F", bound=Callable[..., object])
+
+# The error boundary's table: library error -> exit code; the first class in the error's MRO wins.
+# Anything else from the library (StoreError, FetchError, PublishError, ...) is operational: 1.
+EXIT_CODES: dict[type[ZooConvertError], int] = {
+    UsageError: 2,
+    ManifestError: 2,
+    RunLockedError: 2,  # refused before doing anything, as bad usage is: run again later or with --wait
+    ZooConvertError: 1,
+}
+
+
+def exit_code(exc: ZooConvertError) -> int:
+    """The exit code of a library error that reaches the command line."""
+    return next(EXIT_CODES[t] for t in type(exc).__mro__ if t in EXIT_CODES)
 
 
 class _Group(click.Group):
-    """Turns library errors into one-line messages instead of tracebacks."""
+    """The one error boundary: library errors become one-line messages and exit codes, not tracebacks."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ZooConvertError as exc:
-            raise click.UsageError(str(exc)) from exc
+            click.echo(f"Error: {exc}", err=True)  # as click prints its own errors
+            ctx.exit(exit_code(exc))
 
 
 @click.group(cls=_Group)
 @click.version_option(package_name="zoo_convert")
 def cli() -> None:
-    """Convert HuggingFace checkpoints to verified ONNX models, at farm scale."""
+    """Convert HuggingFace checkpoints to verified ONNX models, at farm scale.
+
+    \b
+    Exit codes:
+      0  done (`run`: the run completed, whatever the models did)
+      1  a recorded failure (a model, a regression), or an operational error:
+         the results DB locked or unreadable, the Hub unreachable
+      2  bad usage: options, arguments, or a manifest file that cannot be used;
+         also `run` refused because another run holds the DB (see --wait)
+    """
+
+
+def _not_nan(param: click.Parameter, value: float) -> float:
+    if value != value:  # FloatRange lets NaN through: it compares false with either bound
+        raise click.BadParameter("must be a number of seconds, not nan", param=param)
+    return value
 
 
 def _variants(value: str) -> tuple[str, ...]:
@@ -45,20 +93,44 @@ _NO_OPTIMIZE = click.option(
     help="keep the plain export as the fp32 artifact (no graph fusion), like optimum-cli without --optimize",
 )
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
+_NO_LONG_SHAPE = click.option(
+    "--no-long-shape", is_flag=True,
+    help="verify at the two short shapes only, not also at the length the model is used at (README: verify)",
+)
+
+
+# Every Hub request of the command (and of a run's workers) draws from this budget.
+_HUB_REQUESTS = click.option("--hub-requests-per-5min", type=click.IntRange(1), default=HubLimits.api, show_default=True,
+                             help="Hub API requests per 5 minutes, for the whole run (the token's limit)")
+_HUB_DOWNLOADS = click.option("--hub-downloads-per-5min", type=click.IntRange(1), default=HubLimits.resolvers,
+                              show_default=True,
+                              help="Hub file downloads (/resolve/) per 5 minutes, for the whole run")
+
+
+def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.resolvers) -> AbstractContextManager[Governor]:
+    """The command's Hub requests paced by one budget while it runs."""
+    from .hub_budget import LocalGovernor, governing
+
+    return governing(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
 
 
 @cli.command()
 @click.argument("source")
 @click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
 @click.option("--revision", help="hub branch, tag or commit sha.")
-@click.option("--opset", type=int, help="ONNX opset; the exporter's default when omitted.")
+@click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
-@click.option("--variants", default=",".join(VARIANTS), show_default=True, help="comma-separated: fp32,fp16,int8")
+@click.option("--variants", default=",".join(DEFAULT_VARIANTS), show_default=True,
+              help=f"comma-separated, of {','.join(VARIANTS)} (uint8 and q4 are opt-in).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
-@click.option("--allow-remote-code", is_flag=True, help="let transformers run code shipped with the checkpoint.")
+@click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
+              help="let transformers run code shipped with the checkpoint.")
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_NO_LONG_SHAPE
+@_HUB_REQUESTS
+@_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
 def convert(
     source: str,
@@ -72,6 +144,9 @@ def convert(
     allow_pickle: bool,
     no_optimize: bool,
     no_benchmark: bool,
+    no_long_shape: bool,
+    hub_requests_per_5min: int,
+    hub_downloads_per_5min: int,
     as_json: bool,
 ) -> None:
     """Convert one checkpoint (hub id or local folder) and verify it.
@@ -82,8 +157,10 @@ def convert(
         zoo-convert convert build/zoo/bert --out build/onnx --variants fp32,int8
         zoo-convert convert build/zoo/bert --out build/onnx --no-optimize --no-benchmark
     """
-    from .pipeline import convert_one
+    from .pipeline import convert_one, quiet_libraries
     from .report import summary
+
+    quiet_libraries()
 
     entry = ManifestEntry(
         source=source,
@@ -95,11 +172,34 @@ def convert(
         allow_remote_code=allow_remote_code,
         allow_pickle=allow_pickle,
     )
-    result = convert_one(entry, Settings(out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark))
+    settings = Settings(
+        out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark, verify_long=not no_long_shape
+    )
+    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
+        result = convert_one(entry, settings)
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
     sys.exit(0 if result.passed else 1)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While converting, whatever is printed to stdout goes to stderr: stdout carries the result alone.
+
+    At the file-descriptor level, as torch's exporter prints its graph dumps from C++.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is the real stdout again
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @cli.group()
@@ -115,6 +215,7 @@ def zoo_build(out_dir: str, only: str | None) -> None:
 
     Example:
 
+    \b
         zoo-convert zoo build build/demo/zoo --only bert,gpt2,vit
     """
     from . import zoo as zoo_lib
@@ -124,10 +225,16 @@ def zoo_build(out_dir: str, only: str | None) -> None:
     click.echo(f"built {len(zoo_lib.select(names))} models; manifest: {manifest}")
 
 
-_DB_OPTION = click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False), default="results.duckdb", show_default=True,
-    help="the farm's results database (opened read-only)",
-)
+DEFAULT_DB = "results.duckdb"
+
+
+def _db_option(help: str, *, exists: bool = False) -> Callable[[F], F]:
+    """--db, with one default in every command."""
+    return click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=exists), default=DEFAULT_DB,
+                        show_default=True, help=help)
+
+
+_DB_OPTION = _db_option("the farm's results database (opened read-only)")
 
 
 @cli.group()
@@ -142,30 +249,28 @@ def db_status(db_path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert db status --db build/demo/results.duckdb
     """
     from .store import ResultStore
-    from .store.queries import status
+    from .store.queries import format_status, status
 
     info = status(ResultStore(db_path, read_only=True))
-    if not info:
-        click.echo("no runs yet")
-        return
-    kinds = ", ".join(f"{k} {n}" for k, n in info.pop("failure_kinds").items()) or "none"
-    for key, value in info.items():
-        click.echo(f"{key:<14}{value}")
-    click.echo(f"{'failure kinds':<14}{kinds}")
+    click.echo(format_status(info) if info else "no runs yet")
 
 
 @db.command("regressions")
 @_DB_OPTION
-@click.option("--since", help="list regressions in every run after this run id (default: the latest run only)")
+@click.option("--since", help="list regressions in every run after this run (name or id) or from this date on"
+              " (YYYY-MM-DD, UTC); default: the latest run only")
 def db_regressions(db_path: str, since: str | None) -> None:
     """List regressions; exits 1 when there are any (a CI gate).
 
     Example:
 
+    \b
         zoo-convert db regressions --db results.duckdb --since nightly-2026-01-01
+        zoo-convert db regressions --db results.duckdb --since 2026-01-01
     """
     from .store import ResultStore
     from .store.queries import format_table, regressions
@@ -180,20 +285,24 @@ def db_regressions(db_path: str, since: str | None) -> None:
 
 @db.command("query")
 @_DB_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True, help="table cuts long cells to fit a terminal; csv, json and markdown never cut")
 @click.argument("sql")
-def db_query(db_path: str, sql: str) -> None:
+def db_query(db_path: str, fmt: str, sql: str) -> None:
     """Run one SQL statement against the database.
 
     Example:
 
+    \b
         zoo-convert db query "SELECT * FROM compat_matrix WHERE pass_rate < 1"
+        zoo-convert db query --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
     """
     from .store import ResultStore
-    from .store.queries import format_table, query
+    from .store.queries import FORMATS, query
 
     columns, rows = query(ResultStore(db_path, read_only=True), sql)
     if columns:
-        click.echo(format_table(columns, rows))
+        click.echo(FORMATS[fmt](columns, rows))
 
 
 @db.command("export")
@@ -204,6 +313,7 @@ def db_export(db_path: str, out_dir: str) -> None:
 
     Example:
 
+    \b
         zoo-convert db export --db results.duckdb build/parquet
     """
     from .store import ResultStore
@@ -214,15 +324,16 @@ def db_export(db_path: str, out_dir: str) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@_db_option("the results database (opened read-only)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="folder for the site")
 @click.option("--serve", "serve_it", is_flag=True, help="serve the site on 127.0.0.1 after building it")
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0 picks a free port")
 def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
     """Build the static, offline dashboard of a results database.
 
     Example:
 
+    \b
         zoo-convert dashboard --db results.duckdb --out dashboards/site --serve
     """
     from .dashboard import build_site, serve
@@ -239,7 +350,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, exists=True), required=True, help="the results database")
+@_db_option("the results database", exists=True)
 @click.option("--run", default="latest", show_default=True, help="run id to publish, or 'latest'")
 @click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
 @click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
@@ -248,6 +359,10 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
 @click.option("--private", is_flag=True, help="create new repos private")
 @click.option("--include-failed", is_flag=True, help="also publish models whose verification failed")
+@click.option("--token", help="Hub write token (default: $HF_TOKEN, else the huggingface-cli login)")
+@click.option("--hub-commits-per-hour", type=click.IntRange(1), default=128, show_default=True,
+              help="commits the token may make per hour; the rest is deferred to the next publish")
+@_HUB_REQUESTS
 def publish(
     db_path: str,
     run: str,
@@ -257,50 +372,62 @@ def publish(
     dry_run: bool,
     private: bool,
     include_failed: bool,
+    token: str | None,
+    hub_commits_per_hour: int,
+    hub_requests_per_5min: int,
 ) -> None:
     """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
 
-    The token comes from $HF_TOKEN or `huggingface-cli login`.
+    Models an earlier publish deferred (its commit budget was spent) go first, oldest first.
+    The token is checked once before anything is sent.
 
     Example:
 
+    \b
         zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
     """
     from huggingface_hub import get_token
 
     from .errors import UsageError
-    from .stages.publish import FAILED, PublishOptions, publish_run
+    from .publish import PublicationStatus, PublishOptions, publish_run
     from .store import ResultStore
 
-    token = get_token()
+    token = token or get_token()
     if token is None and not dry_run:
-        raise UsageError("no Hub token: set HF_TOKEN or run `huggingface-cli login`")
-    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint,
-                             private=private, dry_run=dry_run, include_failed=include_failed)
-    pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+        raise UsageError("no Hub token: pass --token, set HF_TOKEN or run `huggingface-cli login`")
+    options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint, private=private,
+                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour)
+    with _hub_budget(hub_requests_per_5min):
+        pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
     for p in pubs:
         click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
                    f"{p.message or p.commit_url or ''}")
     click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
-    sys.exit(1 if any(p.status == FAILED for p in pubs) else 0)
+    sys.exit(1 if any(p.status == PublicationStatus.FAILED for p in pubs) else 0)
 
 
 @cli.command()
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), required=True, help="the results database")
+@_db_option("the results database (created if missing)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder every node sees")
 @click.option("--address", help="Ray cluster: auto or ray://HOST:10001 (default: start a local instance)")
-@click.option("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
-@click.option("--max-in-flight", type=int, help="jobs submitted at once (default: twice the cluster's CPUs)")
+@click.option("--num-cpus", type=click.IntRange(1), help="CPUs of the local Ray instance (default: all)")
+@click.option("--max-in-flight", type=click.IntRange(1), help="jobs submitted at once (default: twice the cluster's CPUs)")
 @click.option("--force", is_flag=True, help="rerun every job, even those with a result")
 @click.option("--retry-failed", is_flag=True, help="rerun jobs whose latest result failed")
 @click.option("--max-attempts", type=click.IntRange(1), default=3, show_default=True, help="runs per job on transient failures")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="default hard timeout per job, seconds")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+              callback=lambda ctx, param, value: _not_nan(param, value), help="default hard timeout per job, seconds")
+@click.option("--wait", is_flag=True, help="when another run holds the DB, wait for it to finish instead of stopping")
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@_NO_LONG_SHAPE
+@click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
+@_HUB_REQUESTS
+@_HUB_DOWNLOADS
 def run(
     manifest_path: str,
     db_path: str,
@@ -312,21 +439,29 @@ def run(
     retry_failed: bool,
     max_attempts: int,
     timeout_s: float,
+    wait: bool,
     offline: bool,
     hf_endpoint: str | None,
     hf_cache: str | None,
     no_optimize: bool,
     no_benchmark: bool,
+    no_long_shape: bool,
+    name: str | None,
+    hub_requests_per_5min: int,
+    hub_downloads_per_5min: int,
 ) -> None:
     """Convert every job of a Parquet manifest on Ray and record each result in DuckDB.
 
     Jobs already answered in the DB (same checkpoint, settings and toolchain) are
     skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
-    completed, whatever the models did.
+    completed, whatever the models did. One run per DB: a second one stops at
+    once, saying which run holds it (or waits, with --wait).
 
     Example:
 
+    \b
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
+        zoo-convert run manifests/nightly.parquet --db results.duckdb --out /data/artifacts --name nightly-2026-01-01
     """
     from .farm import FarmOptions, run_farm
 
@@ -339,6 +474,7 @@ def run(
         hf_cache=hf_cache,
         optimize=not no_optimize,
         benchmark=not no_benchmark,
+        verify_long=not no_long_shape,
     )
     options = FarmOptions(
         address=address,
@@ -347,8 +483,10 @@ def run(
         force=force,
         retry_failed=retry_failed,
         max_attempts=max_attempts,
+        hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
+        wait=wait,
     )
-    run_farm(manifest_path, db_path=db_path, settings=settings, options=options)
+    run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
 
 
 @cli.group()
@@ -363,6 +501,7 @@ def manifest_validate(path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert manifest validate manifests/hub_examples.parquet
     """
     from .manifest import read_manifest
@@ -384,6 +523,7 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
 
     Example:
 
+    \b
         zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
     """
     from .manifest import manifest_from_csv as build

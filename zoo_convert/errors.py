@@ -14,18 +14,45 @@ same words::
      ├── OptimizeError              optimize_error
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
-     ├── JobError                   timeout, crash, oom, worker_lost (raised by isolation)
      ├── PublishError               publish_error
-     └── StoreError                 the results DB is locked, missing or misused (never recorded)
+     ├── StoreError                 the results DB is locked, missing or misused (never recorded)
+     │    └── RunLockedError        another run holds the DB's run lock
+     └── UnsafeForkServerError      the fork server's folder or socket is not this user's (stops the run)
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
 exception into a recorded result. Anything not in this tree is a bug of ours and
-is recorded as ``internal`` with its traceback.
+is recorded as ``internal`` with its traceback. A stage relabels what the
+toolchain (torch, optimum, onnxruntime) raises as its own kind, but never what
+zoo_convert's own code raised (:func:`is_our_bug`): that stays ``internal``.
+Jobs that hang, crash, run out of memory or lose their worker produce no
+exception: isolation and the farm record ``timeout``, ``crash``, ``oom`` and
+``worker_lost`` results for them, and ``gpu_unavailable`` for a gpu row on a
+cluster without GPUs. An ``OSError`` of a full disk, a quota, a read-only or
+failing file system while writing artifacts (:func:`storage_fault`) is
+``storage_error``, wherever it was raised.
+
+Kinds are transient (the farm retries the job within the run: ``fetch_transient``,
+``oom``, ``worker_lost``, ``storage_error``) and terminal (a recorded result answers
+its job, so later runs skip it); ``storage_error`` and ``gpu_unavailable`` are not
+terminal: they are the machine's fault, so the next run redoes the job.
 """
 
 from __future__ import annotations
 
+import errno
 from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import OutputCheck, Tolerance
+
+_PACKAGE = Path(__file__).resolve().parent
+# A message longer than this is cut: the record keeps the traceback in full.
+MESSAGE_LIMIT = 1000
+# How a verify_numerics message starts when only the long verify shape failed: a graph
+# right for short inputs only, apart from a wrong one (``message LIKE 'long inputs only:%'``).
+LONG_INPUTS_ONLY = "long inputs only"
 
 
 class FailureKind(str, Enum):
@@ -48,12 +75,19 @@ class FailureKind(str, Enum):
     CRASH = "crash"
     OOM = "oom"
     WORKER_LOST = "worker_lost"
+    STORAGE_ERROR = "storage_error"
+    GPU_UNAVAILABLE = "gpu_unavailable"
     INTERNAL = "internal"
 
     @property
     def transient(self) -> bool:
         """Worth retrying: the same job may succeed on another attempt."""
         return self in _TRANSIENT
+
+    @property
+    def terminal(self) -> bool:
+        """A recorded result of this kind answers its job for good: later runs skip the job."""
+        return self not in _REDONE
 
     @property
     def stage(self) -> str:
@@ -63,11 +97,30 @@ class FailureKind(str, Enum):
         return self.value
 
 
-_TRANSIENT = {FailureKind.FETCH_TRANSIENT, FailureKind.OOM, FailureKind.WORKER_LOST}
+_TRANSIENT = {FailureKind.FETCH_TRANSIENT, FailureKind.OOM, FailureKind.WORKER_LOST, FailureKind.STORAGE_ERROR}
+# The machine's fault, not the model's: recorded, and redone by the next run.
+_REDONE = {FailureKind.STORAGE_ERROR, FailureKind.GPU_UNAVAILABLE}
 _STAGE_OF = {k: k.value.split("_", 1)[0] for k in FailureKind if "_" in k.value}
 _STAGE_OF[FailureKind.MANIFEST_ERROR] = "manifest"
-_STAGE_OF[FailureKind.WORKER_LOST] = "job"
-_STAGE_OF[FailureKind.INTERNAL] = "job"
+for _kind in (FailureKind.WORKER_LOST, FailureKind.STORAGE_ERROR, FailureKind.GPU_UNAVAILABLE, FailureKind.INTERNAL):
+    _STAGE_OF[_kind] = "job"
+
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def storage_fault(exc: BaseException) -> OSError | None:
+    """The OSError of a full disk, quota, read-only or failing file system behind ``exc``, if any.
+
+    Looks down the cause chain: a stage wraps what its library raised in its own error.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError) and cur.errno in _STORAGE_ERRNOS:
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 class ZooConvertError(Exception):
@@ -129,23 +182,41 @@ class VerifyError(ZooConvertError):
 
 
 class NumericsMismatchError(VerifyError):
-    """ONNX Runtime and PyTorch disagree beyond the variant's tolerance."""
+    """ONNX Runtime and PyTorch disagree beyond the variant's tolerance.
+
+    Attributes:
+        worst: the failing output check with the largest error (output, input shape, numbers).
+        tolerance: the variant's pass criteria it missed.
+        checks: every output check of the variant, passed or not, for the record.
+        long_only: where it diverged (``1x128 (batch x tokens)``) when every short shape
+            passed and only the long one failed; the message then starts with LONG_INPUTS_ONLY.
+    """
 
     kind = FailureKind.VERIFY_NUMERICS
 
-    def __init__(self, message: str, *, output: str, max_abs: float, tolerance: float) -> None:
-        super().__init__(message)
-        self.output = output
-        self.max_abs = max_abs
+    def __init__(
+        self,
+        *,
+        worst: OutputCheck,
+        tolerance: Tolerance,
+        checks: tuple[OutputCheck, ...],
+        long_only: str | None = None,
+    ) -> None:
+        failed = sum(not c.passed for c in checks)
+        where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
+        super().__init__(
+            f"{where}{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
+            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
+            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
+        )
+        self.worst = worst
         self.tolerance = tolerance
+        self.checks = checks
+        self.long_only = long_only
 
 
 class BenchmarkError(ZooConvertError):
     kind = FailureKind.BENCHMARK_ERROR
-
-
-class JobError(ZooConvertError):
-    """The isolated job process hung, crashed, ran out of memory or was lost."""
 
 
 class PublishError(ZooConvertError):
@@ -154,3 +225,44 @@ class PublishError(ZooConvertError):
 
 class StoreError(ZooConvertError):
     """The results database cannot be opened or was asked to do something wrong."""
+
+
+class RunLockedError(StoreError):
+    """Another farm run holds the database's run lock (one run per database at a time)."""
+
+    def __init__(self, message: str, *, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder  # "run <id> (host <h>, pid <n>, since <t>)"
+
+
+class UnsafeForkServerError(ZooConvertError):
+    """The fork server's folder or the process listening on its socket is not this user's own.
+
+    Requests carry the caller's environment (tokens included) and pickled code, so the
+    run stops before any job; this is never recorded as a model's failure.
+    """
+
+    def __init__(self, message: str, *, folder: str | None = None) -> None:
+        super().__init__(message)
+        self.folder = folder  # optional: unpickling calls the class with the message alone
+
+
+def first_line(exc: BaseException) -> str:
+    """What went wrong in one line: the first line of the message, after the type unless the error is ours."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if not isinstance(exc, ZooConvertError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    text = text or type(exc).__name__
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
+
+
+def is_our_bug(exc: BaseException) -> bool:
+    """Whether ``exc`` is a bug of ours (``internal``): not one of our errors, raised in zoo_convert's own code."""
+    if isinstance(exc, ZooConvertError):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)

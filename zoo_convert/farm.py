@@ -7,6 +7,9 @@ it submits one Ray task per job (highest priority first, a bounded number in
 flight), consumes results as they finish (``ray.wait``) and records each in its
 own transaction: the driver is the database's only writer, and a driver killed
 mid-run loses nothing that was recorded, so rerunning the command finishes the rest.
+One run per database at a time: a run holds the database's run lock
+(:mod:`zoo_convert.store.lock`) throughout, and marks runs left ``running`` by a
+killed driver ``abandoned``.
 
 Ray never retries anything itself (``max_retries=0``, ``retry_exceptions=False``:
 it would retry an OOM-killed task forever). The driver resubmits jobs whose
@@ -14,16 +17,29 @@ failure is transient (:attr:`FailureKind.transient`: worker or node lost, OOM,
 network errors while fetching) with exponential backoff, up to ``max_attempts``,
 and records how many attempts it took. Inside a task, the job runs in a warm
 forked child (:mod:`zoo_convert.isolation`) so hangs, crashes and OOMs are results.
+
+The Hub rations requests per token, so the driver and every worker draw them from
+one budget (:mod:`zoo_convert.hub_budget`): planning paces its resolutions with a
+local budget, which then moves into a Ray actor when the cluster starts. A task
+downloads its hub checkpoint's files (by the commit planning resolved) under that
+budget before it hands the job to its forked child, which finds them on disk and
+asks the Hub nothing. Hub ids planning could not resolve for the moment are tried
+again during the run, with the same backoff as transient job failures.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import heapq
 import itertools
+import logging
+import os
 import sys
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,17 +47,24 @@ from typing import IO, Any
 
 import ray
 import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .errors import FailureKind, ManifestError
+from . import hub_budget
+from .errors import FailureKind, ManifestError, UnsafeForkServerError, ZooConvertError, first_line
+from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
 from .pipeline import convert_one
-from .plan import InvalidRow, Job, make_plan
+from .plan import InvalidRow, Job, keyed_jobs, make_plan
 from .records import PASSED, ConversionResult, ManifestEntry, Settings
+from .stages.fetch import download, is_local
 from .store.db import ResultStore
+from .store.lock import run_lock
+from .store.queries import run_label
 from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
+MAX_LISTED = 20  # failures named at the end of a run; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,8 @@ class FarmOptions:
         retry_failed: rerun jobs whose latest result failed.
         max_attempts: runs of one job when its failures are transient.
         backoff_s: wait before the second attempt; doubles per attempt, capped at a minute.
+        hub_limits: the Hub request budget the whole run (driver and workers) shares.
+        wait: when another run holds the database, wait for it instead of stopping.
     """
 
     address: str | None = None
@@ -65,6 +90,8 @@ class FarmOptions:
     retry_failed: bool = False
     max_attempts: int = 3
     backoff_s: float = 2.0
+    hub_limits: HubLimits = HubLimits()
+    wait: bool = False
 
 
 @dataclass
@@ -73,30 +100,121 @@ class FarmReport:
 
     Attributes:
         run_id: the ``runs`` row of this run.
+        name: its unique human name, if it was given one.
         total: jobs and invalid rows in the manifest.
         skipped: those already answered in the DB.
         recorded: results written by this run.
         ray_started: whether the run needed Ray at all.
-        by_status / by_kind: counts of recorded results.
+        by_status: recorded jobs by status (passed: converted, the fp32 artifact verified).
+        partial: converted jobs in which another variant failed.
+        variants / variants_verified: variant artifacts made, and those that verified.
+        by_kind: failures by kind, a failed job's and each failed variant of a converted job.
+        failures: the first ``MAX_LISTED`` of those failures; n_failures counts them all.
         retries: resubmissions after transient failures.
+        unresolved: hub ids the Hub could not resolve yet; at the end, those left for the next run (nothing recorded).
         seconds: wall time of the run.
     """
 
     run_id: str
+    name: str | None = None
     total: int = 0
     skipped: int = 0
     recorded: int = 0
     ray_started: bool = False
     by_status: Counter = field(default_factory=Counter)
+    partial: int = 0
+    variants: int = 0
+    variants_verified: int = 0
     by_kind: Counter = field(default_factory=Counter)
+    failures: list[FailureLine] = field(default_factory=list)
+    n_failures: int = 0
     retries: int = 0
+    unresolved: int = 0
     seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """The run as people see it: its name with its id, or its id."""
+        return run_label(self.run_id, self.name)
+
+    def count(self, result: ConversionResult) -> None:
+        """Add one recorded job to the counts and the list of failures."""
+        self.recorded += 1
+        self.by_status[result.status] += 1
+        self.partial += result.partial
+        self.variants += len(result.variants)
+        self.variants_verified += sum(v.status == PASSED for v in result.variants)
+        lines = [] if result.passed else [
+            FailureLine(result.source, None, result.failure_kind or "unknown", result.stage or "job", result.message)]
+        if result.passed:
+            lines += [FailureLine(result.source, v.variant, v.failure_kind or "unknown", result.failed_stage(v), v.message)
+                      for v in result.variants if v.status != PASSED]
+        for line in lines:
+            self.by_kind[line.kind] += 1
+            self.n_failures += 1
+            if len(self.failures) < MAX_LISTED:
+                self.failures.append(line)
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """One failure as the end of a run lists it: a job that did not convert, or a variant of one that did."""
+
+    source: str
+    variant: str | None
+    kind: str
+    stage: str
+    message: str | None
+
+    def cells(self) -> tuple[str, str, str, str]:
+        """model (with the variant), kind, stage, first line of the message."""
+        model = f"{self.source} [{self.variant}]" if self.variant else self.source
+        first = (self.message or "").strip().splitlines()
+        return model, self.kind, self.stage, first[0] if first else ""
 
 
 @ray.remote(max_retries=0, retry_exceptions=False, max_calls=0)
-def _job_task(job_fn: JobFn, entry: ManifestEntry, settings: Settings) -> str:
-    """One job on a Ray worker: run it isolated, return the result as JSON."""
+def _job_task(job_fn: JobFn, entry: ManifestEntry, settings: Settings, budget: ray.actor.ActorHandle) -> str:
+    """One job on a Ray worker: its hub files downloaded under the run's Hub budget, then the job isolated."""
+    governor = hub_budget.installed()
+    if not isinstance(governor, _ClusterGovernor) or governor.actor != budget:
+        hub_budget.install(_ClusterGovernor(budget))
+    if not is_local(entry.source) and not settings.offline:
+        try:
+            download(entry, settings)
+        except ZooConvertError as exc:
+            return failure_result(entry, exc.kind, exc.message, stage="fetch").to_json()
     return run_isolated(job_fn, entry, settings).to_json()
+
+
+@ray.remote(num_cpus=0)
+class _HubBudget:
+    """The run's Hub request budget; a caller's ``acquire`` returns when its request may go."""
+
+    def __init__(self, limits: HubLimits, history: dict[str, list[float]]) -> None:
+        self.budget = Budget(limits, history, time.monotonic())
+
+    async def acquire(self, bucket: str) -> None:
+        while True:
+            await asyncio.sleep(self.budget.reserve(bucket, time.monotonic()))
+            if self.budget.clear(bucket, time.monotonic()):
+                return
+
+    async def pause(self, bucket: str, seconds: float) -> None:
+        self.budget.pause(bucket, time.monotonic() + seconds)
+
+
+class _ClusterGovernor:
+    """A :class:`hub_budget.Governor` drawing from the run's ``_HubBudget`` actor."""
+
+    def __init__(self, actor: ray.actor.ActorHandle) -> None:
+        self.actor = actor
+
+    def acquire(self, bucket: str) -> None:
+        ray.get(self.actor.acquire.remote(bucket))
+
+    def pause(self, bucket: str, seconds: float) -> None:
+        self.actor.pause.remote(bucket, seconds)
 
 
 def run_farm(
@@ -107,25 +225,53 @@ def run_farm(
     options: FarmOptions = FarmOptions(),
     job_fn: JobFn = convert_one,
     progress: Progress | None = None,
+    name: str | None = None,
 ) -> FarmReport:
-    """Convert every job of the manifest that the DB does not answer yet; record each result as it lands."""
+    """Convert every job of the manifest that the DB does not answer yet; record each result as it lands.
+
+    ``name`` is the run's unique, human name (``run --name``). One run per database:
+    RunLockedError when another run holds it, unless ``options.wait``.
+    """
+    run_id = _run_id()
+    waiting = functools.partial(print, file=sys.stderr)
+    with run_lock(db_path, run_id, wait=options.wait, waiting=waiting):
+        with hub_budget.governing(LocalGovernor(options.hub_limits)):
+            return _run_farm(manifest_path, run_id, db_path, settings, options, job_fn, progress, name)
+
+
+def _run_farm(
+    manifest_path: str | Path,
+    run_id: str,
+    db_path: str | Path,
+    settings: Settings,
+    options: FarmOptions,
+    job_fn: JobFn,
+    progress: Progress | None,
+    name: str | None,
+) -> FarmReport:
     t0 = time.monotonic()
     manifest = read_manifest(manifest_path)
     if manifest.file_problems:
         raise ManifestError("; ".join(str(p) for p in manifest.file_problems))
     store = ResultStore(db_path)
+    if name is not None:
+        store.check_run_name(name)  # before Ray starts: a taken name stops the run at once
+    store.abandon_runs()  # we hold the run lock: a run still "running" lost its driver
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
-    plan = make_plan(manifest, settings, done, store.last_durations())
-    report = FarmReport(run_id=_run_id(), total=plan.total, skipped=plan.skipped)
+    plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts())
+    report = FarmReport(
+        run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
+    )
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
-    started_ray = bool(plan.jobs) and not ray.is_initialized()
+    needs_ray = bool(plan.jobs) or (bool(plan.unresolved) and options.max_attempts > 1)
+    started_ray = needs_ray and not ray.is_initialized()
     if started_ray and options.address is None:
         _prestart_fork_server()
     if started_ray:
         _init_ray(options)
-    report.ray_started = bool(plan.jobs)
-    resources = ray.cluster_resources() if plan.jobs else {}
+    report.ray_started = needs_ray
+    resources = ray.cluster_resources() if needs_ray else {}
     store.start_run(
         report.run_id,
         manifest=str(Path(manifest_path).resolve()),
@@ -133,12 +279,18 @@ def run_farm(
         versions=toolchain_versions(),
         resources=resources,
         settings={**asdict(settings), "farm": asdict(options)},
+        name=name,
     )
     status = "failed"
     try:
         _record(store, report, progress, [(bad.key, _invalid_result(bad), 1) for bad in plan.invalid])
-        if plan.jobs:
-            _Driver(store, report, progress, settings, options, job_fn, resources).run(plan.jobs)
+        if needs_ray:
+            budget = _cluster_budget(options.hub_limits, report.run_id)
+            try:
+                driver = _Driver(store, report, progress, settings, options, job_fn, resources, budget)
+                driver.run(plan.jobs, plan.unresolved, done)
+            finally:
+                ray.kill(budget)
         status = "completed"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -164,28 +316,36 @@ class _Driver:
         options: FarmOptions,
         job_fn: JobFn,
         resources: dict[str, float],
+        budget: ray.actor.ActorHandle,
     ) -> None:
         self.store, self.report, self.progress = store, report, progress
-        self.settings, self.options, self.job_fn = settings, options, job_fn
+        self.settings, self.options, self.job_fn, self.budget = settings, options, job_fn, budget
         self.gpus = resources.get("GPU", 0)
         self.max_in_flight = options.max_in_flight or max(2, 2 * int(resources.get("CPU", 1)))
         self.node_memory = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]), default=0)
         self.in_flight: dict[ray.ObjectRef, tuple[Job, int]] = {}
         self.waiting: list[tuple[float, int, Job, int]] = []  # (ready at, tiebreak, job, attempt): backoff heap
         self._seq = itertools.count()
+        # Hub ids to resolve again: (entries, the attempt it will be, when), and the try under way.
+        self.unresolved: tuple[list[ManifestEntry], int, float] | None = None
+        self.resolving: Future[tuple[list[Job], list[ManifestEntry]]] | None = None
+        self._resolver = ThreadPoolExecutor(1, thread_name_prefix="resolve")  # starts its thread on first use
 
-    def run(self, jobs: tuple[Job, ...]) -> None:
-        """Run every job to one terminal result."""
+    def run(self, jobs: tuple[Job, ...], unresolved: tuple[ManifestEntry, ...] = (), done: set[str] | None = None) -> None:
+        """Run every job to one terminal result; resolve ``unresolved`` entries on the way and run them too."""
         queue = [(job, 1) for job in reversed(jobs)]  # pop() from the end keeps the plan's priority order
-        while queue or self.waiting or self.in_flight:
+        if unresolved and self.options.max_attempts > 1:  # planning's try was the first
+            self.unresolved = (list(unresolved), 2, time.monotonic() + self._backoff(2))
+        while queue or self.waiting or self.in_flight or self.unresolved or self.resolving:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
                 _, _, job, attempt = heapq.heappop(self.waiting)
                 queue.append((job, attempt))
+            queue += self._resolved(done or set())
             while queue and len(self.in_flight) < self.max_in_flight:
                 self._submit(*queue.pop())
-            if not self.in_flight:
-                time.sleep(max(0.0, min(1.0, self.waiting[0][0] - time.monotonic())) if self.waiting else 0)
+            if not self.in_flight:  # only timers to wait for, or a resolution under way
+                time.sleep(0.05 if self.resolving else self._until_next_timer())
                 continue
             timeout = min(1.0, max(0.0, self.waiting[0][0] - now)) if self.waiting else 1.0
             ready, rest = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
@@ -197,36 +357,71 @@ class _Driver:
                 finished += self._done(job, attempt, self._collect(ref, job))
             _record(self.store, self.report, self.progress, finished)
             self.progress.tick(self.report, len(self.in_flight))
+        self._resolver.shutdown()
 
     def _submit(self, job: Job, attempt: int) -> None:
         if job.entry.gpu and not self.gpus:
-            result = failure_result(job.entry, FailureKind.INTERNAL, "the job needs a GPU and no node offers one")
+            result = failure_result(job.entry, FailureKind.GPU_UNAVAILABLE, "the job needs a GPU and no node offers one")
             _record(self.store, self.report, self.progress, [(job.key, result, attempt)])
             return
         opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if job.entry.gpu else 0, "name": f"convert {job.entry.source}"}
         if job.memory_bytes:
             # a reservation no node can hold would wait forever; the child's own limit still applies
             opts["memory"] = min(job.memory_bytes, self.node_memory) if self.node_memory else job.memory_bytes
-        ref = _job_task.options(**opts).remote(self.job_fn, job.entry, self.settings)
+        ref = _job_task.options(**opts).remote(self.job_fn, job.entry, self.settings, self.budget)
         self.in_flight[ref] = (job, attempt)
+
+    def _resolved(self, done: set[str]) -> list[tuple[Job, int]]:
+        """Jobs of hub ids resolved on a later try; starts the next try when its backoff is over."""
+        new: list[tuple[Job, int]] = []
+        if self.resolving is not None and self.resolving.done():
+            jobs, still = self.resolving.result()
+            attempt = self.unresolved[1] if self.unresolved else self.options.max_attempts
+            self.resolving, self.unresolved = None, None
+            for job in jobs:
+                if job.key in done:
+                    self.report.skipped += 1
+                else:
+                    new.append((job, 1))
+            self.progress.resolved(len(new), still, attempt, final=attempt >= self.options.max_attempts)
+            self.report.unresolved = len(still)
+            if still and attempt < self.options.max_attempts:
+                self.unresolved = (still, attempt + 1, time.monotonic() + self._backoff(attempt + 1))
+        if self.unresolved and self.resolving is None and time.monotonic() >= self.unresolved[2]:
+            self.resolving = self._resolver.submit(keyed_jobs, self.unresolved[0], self.settings)
+            # self.unresolved stays until the try ends: it holds the attempt number
+        return new
+
+    def _backoff(self, attempt: int) -> float:
+        """Wait before attempt ``attempt`` (2, 3, ...) of a job or a resolution."""
+        return min(MAX_BACKOFF_S, self.options.backoff_s * 2 ** (attempt - 2))
+
+    def _until_next_timer(self) -> float:
+        times = [self.waiting[0][0]] if self.waiting else []
+        if self.unresolved:
+            times.append(self.unresolved[2])
+        return max(0.0, min([1.0, *(t - time.monotonic() for t in times)]))
 
     def _collect(self, ref: ray.ObjectRef, job: Job) -> ConversionResult:
         """The job's result, or a failure standing in for a task Ray could not finish."""
         try:
             return ConversionResult.from_json(ray.get(ref))
         except ray.exceptions.OutOfMemoryError as exc:
-            return failure_result(job.entry, FailureKind.OOM, f"Ray's memory monitor killed the worker: {_first(exc)}")
+            killed = f"Ray's memory monitor killed the worker: {first_line(exc)}"
+            return failure_result(job.entry, FailureKind.OOM, killed)
         except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, UnsafeForkServerError):
+                raise exc.cause from None  # the node is unsafe to run on, not the model: stop the run
             # our task wrapper raised: a bug of ours, not worth retrying
-            return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {_first(exc)}")
+            return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")
         except ray.exceptions.RayError as exc:
-            return failure_result(job.entry, FailureKind.WORKER_LOST, f"{type(exc).__name__}: {_first(exc)}")
+            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
 
     def _done(self, job: Job, attempt: int, result: ConversionResult) -> list[tuple[str, ConversionResult, int]]:
         """The result to record, or none when a transient failure goes back in the queue."""
         kind = _kind(result)
         if kind is not None and kind.transient and attempt < self.options.max_attempts:
-            delay = min(MAX_BACKOFF_S, self.options.backoff_s * 2 ** (attempt - 1))
+            delay = self._backoff(attempt + 1)
             heapq.heappush(self.waiting, (time.monotonic() + delay, next(self._seq), job, attempt + 1))
             self.report.retries += 1
             self.progress.retry(job, result, attempt, delay)
@@ -241,10 +436,7 @@ def _record(
     batch = [(key, replace(result, attempts=attempts)) for key, result, attempts in finished]
     store.record_many(report.run_id, batch)
     for _, result in batch:
-        report.recorded += 1
-        report.by_status[result.status] += 1
-        if result.failure_kind:
-            report.by_kind[result.failure_kind] += 1
+        report.count(result)
         progress.result(report, result)
 
 
@@ -254,11 +446,25 @@ def _invalid_result(bad: InvalidRow) -> ConversionResult:
     return failure_result(entry, FailureKind.MANIFEST_ERROR, bad.problem.reason, stage="manifest")
 
 
+def _cluster_budget(limits: HubLimits, run_id: str) -> ray.actor.ActorHandle:
+    """The run's Hub budget as an actor the driver and every worker draw from, continuing what planning spent."""
+    local = hub_budget.installed()
+    history = local.history() if isinstance(local, LocalGovernor) else {}
+    # On the driver's node, which the run cannot outlive; restarted (with a fresh budget) if it dies anyway.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    actor = _HubBudget.options(
+        name=f"zoo-convert-hub-budget-{run_id}", scheduling_strategy=here, max_restarts=-1, max_task_retries=-1
+    ).remote(limits, history)
+    hub_budget.install(_ClusterGovernor(actor))
+    return actor
+
+
 def _prestart_fork_server() -> None:
     """Start this machine's fork server now, so its warm-up runs while ``ray.init`` starts the local instance.
 
     The local workers find it at its socket; the driver's connection keeps it up for the run.
-    A failure here only costs time: the first worker to need the server tries again.
+    A failure here only costs time: the first worker to need the server tries again. An
+    unsafe socket folder (:class:`UnsafeForkServerError`) is not caught: it stops the run.
     """
     try:
         fork_server()
@@ -268,10 +474,19 @@ def _prestart_fork_server() -> None:
 
 def _init_ray(options: FarmOptions) -> None:
     """Connect to the given cluster, or start a local instance (``num_cpus`` only applies to that)."""
-    kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+    kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False, "logging_level": logging.WARNING}
     if options.address is None and options.num_cpus is not None:
         kwargs["num_cpus"] = options.num_cpus
-    ray.init(address=options.address, **kwargs)
+    # Ray turns token authentication on for every new local instance and says so on each run; only
+    # that notice is dropped (a warning that authentication is off still comes through).
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_token_auth_enabled)
+    # Without an address ray.init() would join whatever cluster `ray start` left registered on this
+    # machine; the farm's default is its own local instance (RAY_ADDRESS, as `ray job submit` sets it, still counts).
+    ray.init(address=options.address or os.environ.get("RAY_ADDRESS") or "local", **kwargs)
+
+
+def _not_token_auth_enabled(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def _kind(result: ConversionResult) -> FailureKind | None:
@@ -279,11 +494,6 @@ def _kind(result: ConversionResult) -> FailureKind | None:
         return FailureKind(result.failure_kind) if result.failure_kind else None
     except ValueError:
         return FailureKind.INTERNAL
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _run_id() -> str:
@@ -303,10 +513,22 @@ class Progress:
     def start(self, report: FarmReport, todo: int) -> None:
         """Say what the run will do."""
         self.t0, self.todo = time.monotonic(), todo
-        if todo == 0:
+        if todo == 0 and not report.unresolved:
             self._line(f"nothing to do: all {report.total} jobs already have a result (use --force or --retry-failed)")
         else:
-            self._line(f"run {report.run_id}: {todo} to do, {report.skipped} of {report.total} already done")
+            self._line(f"run {report.label}: {todo} to do, {report.skipped} of {report.total} already done"
+                       + (f", {report.unresolved} hub ids to resolve again (the Hub did not answer)"
+                          if report.unresolved else ""))
+
+    def resolved(self, new_jobs: int, still: list[ManifestEntry], attempt: int, *, final: bool) -> None:
+        """A later try at resolving hub ids: how many became jobs, and what is still unresolved."""
+        self.todo += new_jobs
+        if not still:
+            self._line(f"resolved the remaining hub ids on attempt {attempt}: {new_jobs} more to do")
+            return
+        names = ", ".join(e.source for e in still[:5]) + (f" and {len(still) - 5} more" if len(still) > 5 else "")
+        self._line(f"{len(still)} hub ids still unresolved after attempt {attempt} ({names}); "
+                   + ("left for the next run" if final else "trying again"))
 
     def result(self, report: FarmReport, result: ConversionResult) -> None:
         """One job landed in the DB."""
@@ -314,8 +536,8 @@ class Progress:
             self._bar(report)
             return
         opset = result.opset_requested if result.opset_requested is not None else "default"
-        what = result.status if result.status == PASSED else f"{result.status} {result.failure_kind}"
-        # a model passes on fp32; a variant that failed beside it is still worth a glance in the log
+        # a model converts on fp32; a variant that failed beside it makes it partial, named in the log
+        what = ("partial" if result.partial else result.status) if result.passed else f"{result.status} {result.failure_kind}"
         broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
             f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
@@ -334,17 +556,30 @@ class Progress:
             self._bar(report)
 
     def finish(self, report: FarmReport) -> None:
-        """Print the summary table."""
+        """Print the summary: models converted, variants verified, failure kinds, then the failures by name."""
         if self.live:
             self.stream.write("\n")
         if not report.recorded:
             return
-        rows = [("passed", report.by_status.get(PASSED, 0))] + sorted(report.by_kind.items())
-        width = max(len(k) for k, _ in rows)
-        self._line(f"run {report.run_id}: {report.recorded} recorded in {report.seconds:.1f} s"
-                   f" ({report.skipped} skipped, {report.retries} retries)")  # fmt: skip
-        for name, n in rows:
-            self._line(f"  {name:<{width}}  {n:>6}")
+        converted = report.by_status.get(PASSED, 0)
+        self._line(f"run {report.label}: {report.recorded} recorded in {report.seconds:.1f} s"
+                   f" ({report.skipped} skipped, {report.retries} retries"
+                   + (f", {report.unresolved} hub ids unresolved" if report.unresolved else "") + ")")  # fmt: skip
+        self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
+                   " (a variant failed)")
+        self._line(f"  variants   {report.variants_verified} of {report.variants} verified")
+        if not report.n_failures:
+            return
+        self._line("  failures   " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_kind.items())))
+        rows = [line.cells() for line in report.failures]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        self._line(f"failed ({report.n_failures}):")
+        for row in rows:
+            self._line("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
+        if report.n_failures > len(rows):
+            self._line(f"  ... and {report.n_failures - len(rows)} more: zoo-convert db query \"SELECT source, variant,"
+                       f" failure_kind, stage, message FROM results WHERE run_id = '{report.run_id}'"
+                       " AND status = 'failed'\"")
 
     def _bar(self, report: FarmReport) -> None:
         done, elapsed = report.recorded, time.monotonic() - self.t0

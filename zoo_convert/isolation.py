@@ -25,7 +25,11 @@ it starts it (under a lock file), so a farm driver that starts a local Ray
 instance starts it before ``ray.init`` and the warm-up overlaps Ray's start-up.
 The server lives while any caller is connected and exits ``LINGER_S`` after the
 last one leaves. Its socket lives in a per-user 0700 folder and it serves its
-own user only (``SO_PEERCRED``): requests carry pickled code. The socket name
+own user only (``SO_PEERCRED``): requests carry pickled code. The folder's name
+is predictable, so before sending a byte the caller checks it too: a real
+directory of its own with mode 0700, and a listener of its own uid
+(``SO_PEERCRED`` again); anything else raises :class:`UnsafeForkServerError`,
+which stops a farm run instead of failing its jobs. The socket name
 hashes the interpreter and zoo_convert's source, so a changed checkout never
 reaches an old server. The server never unpickles a job itself: the child does,
 after taking the caller's ``sys.path``, environment (``CUDA_VISIBLE_DEVICES``
@@ -58,6 +62,7 @@ import select
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -66,17 +71,24 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import __version__
-from .errors import FailureKind
+from .errors import FailureKind, UnsafeForkServerError, first_line
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
 from .versions import toolchain_versions
 
-JobFn = Callable[[ManifestEntry, Settings], ConversionResult]
+
+class JobFn(Protocol):
+    """What a job runs: ``pipeline.convert_one``, or a test's stand-in with its signature."""
+
+    def __call__(
+        self, entry: ManifestEntry, settings: Settings, *, on_stage: Callable[[str], None] | None = None
+    ) -> ConversionResult: ...
+
 
 WARM_MODULE = "zoo_convert._warm"
 # How often the caller samples the child's memory; the child's exit is noticed at once.
@@ -106,6 +118,19 @@ def run_isolated(
     limit_gb = memory_gb if memory_gb is not None else entry.memory_gb
     limit = int(limit_gb * 1024**3) if limit_gb else None
     started_at = _now()
+    # Recorded with the result: a timeout is redone by a later run that allows longer (plan.py).
+    return replace(_run_isolated(job_fn, entry, settings, timeout, limit, limit_gb, started_at), timeout_s=timeout)
+
+
+def _run_isolated(
+    job_fn: JobFn,
+    entry: ManifestEntry,
+    settings: Settings,
+    timeout: float,
+    limit: int | None,
+    limit_gb: float | None,
+    started_at: str,
+) -> ConversionResult:
     with tempfile.TemporaryDirectory(prefix="zoo-job-") as tmp:
         out = Path(tmp, "result.json")
         try:
@@ -225,14 +250,15 @@ def default_address(preload: str) -> str:
 
 
 def _connect_or_start(address: str, preload: str, linger_s: float) -> socket.socket:
-    """Connect to the server at ``address``, starting it first when nobody is listening there."""
+    """Connect to the server at ``address``, starting it first when nobody is listening there.
+
+    Requests carry the caller's environment and code: nothing is sent before the folder
+    and whoever listens in it are known to be this user's own.
+    """
+    _make_private(Path(address).parent)
     sock = _connect(address)
     if sock is not None:
         return sock
-    folder = Path(address).parent
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
-        raise RuntimeError(f"{folder} must belong to this user with mode 0700: fork-server requests carry code")
     with open(address + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter per machine; the others find it listening
         sock = _connect(address)
@@ -256,13 +282,57 @@ def _connect_or_start(address: str, preload: str, linger_s: float) -> socket.soc
 
 
 def _connect(address: str) -> socket.socket | None:
+    """A connection to the server at ``address``; None when nobody listens there.
+
+    Connecting sends nothing: the listener's uid is checked before the first request.
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    if uid != os.getuid():
+        sock.close()
+        folder = Path(address).parent
+        raise UnsafeForkServerError(
+            _unsafe(folder, f"holds a socket served by uid {uid} (pid {pid}), not by this user (uid {os.getuid()})"),
+            folder=str(folder),
+        )
     return sock
+
+
+def _make_private(folder: Path) -> None:
+    """Create the socket folder with mode 0700, or check that the one there is this user's, 0700, no link."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, 0o700)
+        os.chmod(folder, 0o700)  # whatever the umask left
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        problem = "is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid != os.getuid():
+        problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    elif mode != 0o700:
+        problem = f"has mode {mode:04o}, not 0700"
+    else:
+        return
+    raise UnsafeForkServerError(_unsafe(folder, problem), folder=str(folder))
+
+
+def _unsafe(folder: Path, problem: str) -> str:
+    return (
+        f"the fork-server folder {folder} {problem}; jobs send it this process's environment (tokens included) "
+        f"and code, so nothing was sent and no job ran. Remove it if you did not make it (rm -rf {folder}) "
+        "or set TMPDIR to a folder only you can write, then run again"
+    )
 
 
 def _serve(address: str, preload: str, linger_s: float) -> None:
@@ -518,14 +588,12 @@ def _model_type(source: str) -> str | None:
     """A local checkpoint's model_type, so a job that died still lands in the right matrix row."""
     try:
         return json.loads(Path(source, "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 
 def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, done_fd: int) -> None:
     """Runs in the forked child: become the caller's child, do the job, leave the result where the caller looks."""
-    from . import pipeline
-
     # The caller's view: its imports (a test's or a benchmark's job function), its GPU, its relative paths.
     sys.path[:] = sys_path
     os.environ.clear()
@@ -533,11 +601,10 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     os.chdir(cwd)
     job_fn, entry, settings, out = pickle.loads(payload)
     breadcrumb = Path(out + ".stage")
-    pipeline.on_stage = breadcrumb.write_text
     try:
-        result = job_fn(entry, settings)
+        result = job_fn(entry, settings, on_stage=breadcrumb.write_text)
     except Exception as exc:  # noqa: BLE001 - job_fn should never raise; if it does, that is our bug
-        result = failure_result(entry, FailureKind.INTERNAL, f"{type(exc).__name__}: {exc}")
+        result = failure_result(entry, FailureKind.INTERNAL, first_line(exc))
         result = ConversionResult.from_dict({**result.to_dict(), "traceback": traceback.format_exc()})
     tmp = out + ".part"
     Path(tmp).write_text(result.to_json())
@@ -574,7 +641,10 @@ def _rss(pid: int) -> int | None:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent goes, so no job outlives its worker."""
+    """Ask Linux to SIGKILL this process when its parent, the fork server, goes.
+
+    So no job outlives the server; a job whose caller left is killed by the server (``_drop``).
+    """
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

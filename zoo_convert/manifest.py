@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ManifestError
-from .records import EXPORTERS, VARIANTS, ManifestEntry
+from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry
+from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
 
 SCHEMA = pa.schema(
     [
@@ -45,10 +46,6 @@ SCHEMA = pa.schema(
     ]
 )
 REQUIRED = ("source",)
-
-# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
-# tests check it stays inside what torch and onnx know.
-MIN_OPSET, MAX_OPSET = 7, 23
 
 # optimum 2.1 TasksManager.get_all_tasks() plus its _SYNONYM_TASK_MAP keys, frozen here so
 # validating a manifest never imports torch; tests/test_manifest.py checks it against TasksManager.
@@ -72,8 +69,6 @@ TASKS = frozenset(
 )  # fmt: skip
 _WITH_PAST = "-with-past"
 
-# huggingface_hub's validate_repo_id, in RE2 syntax (same as stages.fetch._HUB_ID).
-_HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$"
 _PATH_PREFIXES = ("/", "./", "../", "~")
 
 
@@ -120,6 +115,8 @@ def read_manifest(path: str | Path) -> Manifest:
 def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table>"), sha256: str = "") -> Manifest:
     """Validate an Arrow table against :data:`SCHEMA` and expand its valid rows into jobs."""
     table, file_problems, warnings = _conform(table)
+    if not file_problems and table.num_rows == 0:
+        file_problems.append(ManifestError(f"{path} has no rows: nothing to convert"))
     if file_problems:
         return Manifest(path, table.num_rows, (), tuple(file_problems), {}, tuple(warnings), sha256)
     n = table.num_rows
@@ -138,11 +135,10 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     base = str(base_dir)
     sources = [_resolve_source(s, base) for s in source.to_pylist()]
     local = pa.array([s is not None and _looks_local(s) for s in sources])
-    hub_ok = pc.and_kleene(
-        pc.match_substring_regex(source, _HUB_ID),
-        pc.invert(pc.or_kleene(pc.match_substring(source, ".."), pc.match_substring(source, "--"))),
-    )
-    hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.ends_with(source, ".git")))
+    hub_ok = pc.match_substring_regex(source, HUB_ID_PATTERN)  # sources.is_hub_id, a column at a time
+    for part in HUB_ID_FORBIDDEN:
+        hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.match_substring(source, part)))
+    hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.ends_with(source, HUB_ID_FORBIDDEN_SUFFIX)))
     bad_hub = pc.and_kleene(pc.invert(local), pc.invert(hub_ok))
     bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)")))
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
@@ -258,7 +254,7 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def _expand(row: dict[str, Any], source: str, number: int) -> list[ManifestEntry]:
     opsets = sorted(set(row["opsets"])) if row["opsets"] else [None]
-    variants = tuple(dict.fromkeys(row["variants"])) if row["variants"] else VARIANTS
+    variants = tuple(dict.fromkeys(row["variants"])) if row["variants"] else DEFAULT_VARIANTS
     return [
         ManifestEntry(
             source=source,

@@ -3,27 +3,29 @@
 ``convert_one`` never raises for a model's fault: every exception becomes a
 recorded :class:`ConversionResult` with its stage and failure kind. It knows
 nothing of Ray or DuckDB, so it runs the same in the CLI, a test, or a farm job.
+Importing it changes no process-wide state: the entry points that convert (the
+CLI, the fork server) call :func:`quiet_libraries` themselves.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import resource
 import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import FailureKind, ZooConvertError
+from .errors import FailureKind, FetchError, NumericsMismatchError, ZooConvertError, first_line, storage_fault
 from .records import (
     FAILED,
     PASSED,
     ConversionResult,
     ManifestEntry,
+    OutputCheck,
     Settings,
     StageResult,
     VariantResult,
@@ -31,16 +33,19 @@ from .records import (
 from .stages import Artifact, ExportedModel
 from .versions import toolchain_versions
 
+# Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
+# leaves it where a crash can still say where the job died.
+StageCallback = Callable[[str], None]
 
-def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
+
+def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
     from .stages import check, export, fetch, optimize
 
-    _quiet_libraries()
     if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
         settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))
-    run = _Run(entry)
+    run = _Run(entry, on_stage)
     try:
         with run.stage("fetch"):
             ckpt = fetch.fetch(entry, settings)
@@ -66,6 +71,7 @@ def convert_one(entry: ManifestEntry, settings: Settings) -> ConversionResult:
         with run.stage("optimize") as details:
             artifacts = optimize.optimize(exported, entry.variants, settings)
             details.update({v: a.details for v, a in artifacts.items()})
+            export.set_modes(out_dir)
         run.variants = [
             _unmade(a) if "error" in a.details else _verify_and_benchmark(run, exported, a, settings)
             for a in artifacts.values()
@@ -88,11 +94,7 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
     )
     try:
         with run.stage("verify", variant=artifact.variant):
-            ver = verify.verify(exported, artifact, settings)
-        worst = _worst(ver.checks)
-        base = replace(base, outputs=ver.checks, **worst)
-        if not ver.passed:
-            return replace(base, failure_kind=FailureKind.VERIFY_NUMERICS.value, message=ver.message)
+            base = _checked(base, verify.verify(exported, artifact, settings))
         if not settings.benchmark:
             return replace(base, status=PASSED)
         with run.stage("benchmark", variant=artifact.variant):
@@ -106,9 +108,11 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
             torch_p90_ms=lat.torch_p90_ms,
             speedup=lat.speedup,
         )
+    except NumericsMismatchError as exc:
+        return replace(_checked(base, exc.checks), failure_kind=exc.kind.value, message=exc.message)
     except Exception as exc:  # noqa: BLE001 - a variant's failure is data
-        kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL
-        return replace(base, failure_kind=kind.value, message=_one_line(exc))
+        failure = _failure(exc)
+        return replace(base, failure_kind=failure.kind, message=failure.message, traceback=failure.traceback)
 
 
 def _unmade(artifact: Artifact) -> VariantResult:
@@ -118,19 +122,40 @@ def _unmade(artifact: Artifact) -> VariantResult:
         status=FAILED,
         failure_kind=artifact.details["failure_kind"],
         message=artifact.details["error"],
+        traceback=artifact.traceback,
         optimizer=artifact.details,
     )
 
 
-def _worst(checks: tuple) -> dict:
+@dataclass(frozen=True)
+class _Failure:
+    """What an exception means for the record: its kind, one line, and where it came from."""
+
+    kind: str
+    message: str
+    traceback: str
+
+
+def _failure(exc: BaseException) -> _Failure:
+    """Anything not raised on purpose as one of our errors is ``internal``; a full or failing disk is ``storage_error``."""
+    kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL
+    if not isinstance(exc, FetchError) and storage_fault(exc) is not None:
+        kind = FailureKind.STORAGE_ERROR  # writing artifacts failed: the disk's fault, redone by the next run
+    return _Failure(kind.value, first_line(exc), "".join(traceback.format_exception(exc)))
+
+
+def _checked(variant: VariantResult, checks: tuple[OutputCheck, ...]) -> VariantResult:
+    """The variant with its output checks and the worst of their numbers."""
     if not checks:
-        return {}
-    return {
-        "max_abs": max(c.max_abs for c in checks),
-        "max_rel": max(c.max_rel for c in checks),
-        "mean_abs": max(c.mean_abs for c in checks),
-        "min_cosine": min(c.cosine for c in checks),
-    }
+        return replace(variant, outputs=checks)
+    return replace(
+        variant,
+        outputs=checks,
+        max_abs=max(c.max_abs for c in checks),
+        max_rel=max(c.max_rel for c in checks),
+        mean_abs=max(c.mean_abs for c in checks),
+        min_cosine=min(c.cosine for c in checks),
+    )
 
 
 def artifacts_dir(settings: Settings, entry: ManifestEntry, resolved_revision: str) -> Path:
@@ -142,16 +167,12 @@ def artifacts_dir(settings: Settings, entry: ManifestEntry, resolved_revision: s
     return Path(settings.out_dir) / name / f"{entry.exporter}-opset{opset}-{rev}"
 
 
-# Called with "stage" or "stage[variant]" as each stage starts. The farm's isolation layer
-# sets it in a job's child process so a crash can still say where the job died.
-on_stage: Callable[[str], None] | None = None
-
-
 class _Run:
     """Collects stage timings and the first failure of one conversion."""
 
-    def __init__(self, entry: ManifestEntry) -> None:
+    def __init__(self, entry: ManifestEntry, on_stage: StageCallback | None) -> None:
         self.entry = entry
+        self.on_stage = on_stage
         self.started_at = _now()
         self.stages: list[StageResult] = []
         self.variants: list[VariantResult] = []
@@ -163,8 +184,8 @@ class _Run:
     def stage(self, name: str, **labels: str) -> Iterator[dict]:
         details: dict = dict(labels)
         self._current = name
-        if on_stage is not None:
-            on_stage(name + "".join(f"[{v}]" for v in labels.values()))
+        if self.on_stage is not None:
+            self.on_stage(name + "".join(f"[{v}]" for v in labels.values()))
         t0 = time.perf_counter()
         status = FAILED
         try:
@@ -182,14 +203,18 @@ class _Run:
             )
 
     def fail(self, exc: BaseException) -> None:
-        known = isinstance(exc, ZooConvertError)
-        kind = exc.kind if known else FailureKind.INTERNAL
+        failure = _failure(exc)
         self.failure = {
-            "failure_kind": kind.value,
+            "failure_kind": failure.kind,
             "stage": self._current,
-            "message": _one_line(exc),
-            "traceback": "".join(traceback.format_exception(exc)),
+            "message": failure.message,
+            "traceback": failure.traceback,
         }
+
+    def _failed_stage(self, variant: VariantResult) -> str:
+        """The stage a variant failed in; one that optimize could not build never reached another."""
+        failed = (s.stage for s in self.stages if s.status == FAILED and s.details.get("variant") == variant.variant)
+        return next(failed, "optimize")
 
     def result(self, settings: Settings) -> ConversionResult:
         entry = self.entry
@@ -199,8 +224,9 @@ class _Run:
             bad = next(v for v in self.variants if v.status == FAILED)
             failure = {
                 "failure_kind": bad.failure_kind,
-                "stage": FailureKind(bad.failure_kind).stage,
+                "stage": self._failed_stage(bad),
                 "message": f"{bad.variant}: {bad.message}",
+                "traceback": bad.traceback,
             }
         return ConversionResult(
             source=entry.source,
@@ -230,9 +256,12 @@ def _status(entry: ManifestEntry, variants: list[VariantResult]) -> str:
     return PASSED if variants and all(v.status == PASSED for v in variants) else FAILED
 
 
-@functools.cache
-def _quiet_libraries() -> None:
-    """Silence the exporters' tracer chatter once per process: what matters is recorded."""
+def quiet_libraries() -> None:
+    """Silence the exporters' tracer chatter in this process: what matters is recorded.
+
+    Entry points that convert call it (the CLI's ``convert``, the fork server before
+    its warm-up); importing or calling the pipeline never does.
+    """
     import logging
     import warnings
 
@@ -242,19 +271,15 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*TracerWarning.*")
     for name in ("transformers", "optimum", "onnxruntime", "root", "torch.onnx", "onnxscript"):
         logging.getLogger(name if name != "root" else None).setLevel(logging.ERROR)
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # a download's bars would land between our own lines
     try:
         import torch.jit
 
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
     except (ImportError, AttributeError):
         pass
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    if not isinstance(exc, ZooConvertError):
-        text = f"{type(exc).__name__}: {text}"
-    return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
 def _peak_rss_mb() -> float:

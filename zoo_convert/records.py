@@ -13,13 +13,60 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import FailureKind
+
 EXPORTERS = ("optimum", "torch")
-VARIANTS = ("fp32", "fp16", "int8")
-# Filenames transformers.js and optimum's ORTModel look for under onnx/.
-VARIANT_FILES = {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_quantized.onnx"}
+# torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
+# tests check it stays inside what torch and onnx know.
+MIN_OPSET, MAX_OPSET = 7, 23
+# Every variant the farm can make; a manifest row or --variants asks for some of them.
+VARIANTS = ("fp32", "fp16", "int8", "uint8", "q4")
+# What a job makes when it does not say: uint8 and q4 are opt-in (one more quantization,
+# verification and benchmark each, for runtimes that ask for them by name).
+DEFAULT_VARIANTS = ("fp32", "fp16", "int8")
+# transformers.js ``dtype`` -> file name suffix under onnx/ (DEFAULT_DTYPE_SUFFIX_MAPPING in
+# its src/utils/dtypes.js); ``model_quantized.onnx`` is also optimum's ORTQuantizer name.
+JS_SUFFIXES = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8", "uint8": "_uint8", "q4": "_q4"}
+# The dtypes each variant's graph answers to. transformers.js's quantize script writes the same
+# graph for q8 and int8 (QInt8 weights, uint8 dynamic activations) unless the model has a Conv;
+# then q8 gets QUInt8 weights for onnxruntime-web <= 1.20, which had no ConvInteger for int8
+# weights. The onnxruntime-node and -web that transformers.js 4 ships run it, so our int8 is
+# both: written once as ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
+JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint8": ("uint8",), "q4": ("q4",)}
+# 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
+Q4_MIN_COSINE = 0.95
+
+
+def variant_files(component: str, variant: str) -> tuple[str, ...]:
+    """The names one component's graph has in one variant under onnx/, the recorded one first.
+
+    ``variant_files("model", "int8") == ("model_quantized.onnx", "model_int8.onnx")``.
+    """
+    return tuple(f"{component}{JS_SUFFIXES[dtype]}.onnx" for dtype in JS_DTYPES[variant])
+
+
+def variant_of(filename: str) -> str | None:
+    """The variant a graph file under onnx/ belongs to, from its name (``decoder_model_merged_q4.onnx`` -> q4)."""
+    stem = filename.removesuffix(".onnx")
+    by_suffix = {JS_SUFFIXES[d]: v for v, dtypes in JS_DTYPES.items() for d in dtypes}
+    # Longest suffix first: every name ends with fp32's empty one.
+    return next((v for suffix, v in sorted(by_suffix.items(), key=lambda kv: -len(kv[0])) if stem.endswith(suffix)), None)
 
 PASSED = "passed"
 FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    """A hub checkpoint as planning resolved it, so the job downloads it without asking the Hub again.
+
+    Attributes:
+        sha: the commit the entry's revision pointed at.
+        files: every file path in that commit.
+    """
+
+    sha: str
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -41,6 +88,7 @@ class ManifestEntry:
         priority: higher runs first.
         tags: free-form labels carried into the DB.
         row: 1-based manifest row this entry came from (None outside a manifest).
+        snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
     """
 
     source: str
@@ -48,7 +96,7 @@ class ManifestEntry:
     revision: str | None = None
     opset: int | None = None
     exporter: str = "optimum"
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     timeout_s: float | None = None
     memory_gb: float | None = None
     gpu: bool = False
@@ -57,6 +105,7 @@ class ManifestEntry:
     priority: int = 0
     tags: tuple[str, ...] = ()
     row: int | None = None
+    snapshot: HubSnapshot | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +130,8 @@ class Settings:
         tolerances: per-variant pass criteria.
         verify_shapes: (batch, sequence) pairs verification runs at; they differ
             from the exporter's dummy input so the dynamic axes are exercised.
+        verify_long: also verify at one long shape per component, batch 1 at the length
+            the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
         bench_warmup / bench_runs: latency measurement repetitions.
         bench_budget_s: seconds of timed runs per side after which a slow model stops early.
         providers: ONNX Runtime execution providers, in preference order.
@@ -88,6 +139,7 @@ class Settings:
         timeout_s: default hard timeout per job (farm only).
         hf_endpoint / hf_cache: Hub location and cache; None uses huggingface_hub's defaults.
         offline: never touch the network (HF_HUB_OFFLINE semantics).
+        hub_timeout_s: how long one Hub request may wait for an answer (connect and each read).
         external_data_threshold: models above this many bytes store weights as external data.
         optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
             (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
@@ -100,9 +152,12 @@ class Settings:
             "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999),
             "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999),
             "int8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
+            "uint8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
+            "q4": Tolerance(max_abs=float("inf"), min_cosine=Q4_MIN_COSINE),
         }
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
+    verify_long: bool = True
     bench_warmup: int = 3
     bench_runs: int = 20
     bench_budget_s: float = 1.0
@@ -112,6 +167,7 @@ class Settings:
     hf_endpoint: str | None = None
     hf_cache: str | None = None
     offline: bool = False
+    hub_timeout_s: float = 10.0
     external_data_threshold: int = 2 * 1024**3
     optimize: bool = True
     benchmark: bool = True
@@ -162,14 +218,16 @@ class OutputCheck:
 
 @dataclass(frozen=True)
 class VariantResult:
-    """One ONNX artifact (fp32, fp16, int8) and how it verified and ran.
+    """One ONNX artifact (one of VARIANTS) and how it verified and ran.
 
     Attributes:
-        variant: fp32, fp16 or int8.
+        variant: fp32, fp16, int8, uint8 or q4.
         status: passed or failed.
-        file: path relative to the model's artifact folder (``onnx/model.onnx``).
+        file: path relative to the model's artifact folder (``onnx/model.onnx``); the first of the variant's names
+            (int8: ``onnx/model_quantized.onnx``, hard-linked as ``onnx/model_int8.onnx``).
         size_bytes: the .onnx file plus its external data.
         failure_kind / message: why it failed (None when it passed).
+        traceback: where it failed, when an exception made it fail (always for ``internal``).
         max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
         ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs.
@@ -184,6 +242,7 @@ class VariantResult:
     size_bytes: int | None = None
     failure_kind: str | None = None
     message: str | None = None
+    traceback: str | None = None
     max_abs: float | None = None
     max_rel: float | None = None
     mean_abs: float | None = None
@@ -214,6 +273,7 @@ class ConversionResult:
         versions: toolchain versions the job ran with.
         started_at / finished_at: ISO-8601 UTC timestamps.
         attempts: how many times the farm ran this job (1 outside the farm).
+        timeout_s: the hard timeout the job ran under (farm jobs; None outside the farm).
         node: host that ran the job.
         row: manifest row number, when it came from a manifest.
         tags: the entry's tags.
@@ -243,16 +303,33 @@ class ConversionResult:
     started_at: str | None = None
     finished_at: str | None = None
     attempts: int = 1
+    timeout_s: float | None = None
     node: str | None = None
     row: int | None = None
     tags: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
+        """Converted: the fp32 artifact verified."""
         return self.status == PASSED
+
+    @property
+    def partial(self) -> bool:
+        """Converted, while another variant (fp16, int8, ...) failed."""
+        return self.passed and any(v.status != PASSED for v in self.variants)
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
+
+    def failed_stage(self, v: VariantResult) -> str:
+        """The stage a failed variant failed in: its own failed stage, else the one its failure kind names."""
+        for s in self.stages:
+            if s.details.get("variant") == v.variant and s.status == FAILED:
+                return s.stage
+        try:
+            return FailureKind(v.failure_kind).stage
+        except ValueError:
+            return "verify"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -108,6 +108,17 @@ class Chrome:
             time.sleep(0.05)
         raise TimeoutError(f"never true: {expression}")
 
+    def download_to(self, folder: Path) -> None:
+        """Let the page save downloads (a link with ``download``) into ``folder``."""
+        self.send("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(folder))
+
+    def set_width(self, width: int, height: int = 1000) -> None:
+        """Lay the page out at this viewport size (until ``reset_size``)."""
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
+    def reset_size(self) -> None:
+        self.send("Emulation.clearDeviceMetricsOverride")
+
     def screenshot(self, path: Path) -> None:
         """Save a full-page PNG."""
         size = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import asdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 
 from chrome import Chrome, chromium_binary  # noqa: E402
-from synthetic import fill  # noqa: E402
+from synthetic import VERSIONS, fill, good, result, variant  # noqa: E402
 
 from zoo_convert.dashboard import build_site, serve  # noqa: E402
 from zoo_convert.records import ManifestEntry, Settings  # noqa: E402
@@ -26,8 +27,22 @@ def real_result(tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("real")
     zoo.build(root / "zoo", only=["bert"])
-    entry = ManifestEntry(source=str(root / "zoo" / "bert"), variants=("fp32", "int8"), opset=17)
+    entry = ManifestEntry(source=str(root / "zoo" / "bert"), variants=("fp32", "int8", "q4"), opset=17)
     return convert_one(entry, Settings(out_dir=str(root / "artifacts"), bench_warmup=1, bench_runs=3))
+
+
+# Beside the real bert, run-4 holds a partial model (fp16 failed), a model that broke under a newer torch
+# and one that got slower with a new checkpoint.
+FP16_CRASH = ("fp16 optimize crashed: onnxruntime's CPU layout optimizer segfaulted while it rewrote"
+              " the NCHWc convolutions of the feature encoder (signal 11)")
+RUN_4 = {
+    "k-wavlm-4": result("zoo/wavlm-f", "wavlm", variants=(
+        good("wavlm")[0], variant("fp16", passed=False, message=FP16_CRASH), good("wavlm")[2])),
+    "k-gpt2-4": result("zoo/gpt2-b", "gpt2", versions={**VERSIONS, "torch": "2.14.0"},
+                       variants=(variant("fp32", passed=False, max_abs=0.5, message="drifted"),) + good("gpt2-b")[1:]),
+    "k-roberta-4": result("zoo/roberta-c", "roberta", revision="sha256:" + "cd" * 32,
+                          variants=good("roberta-c", ort_ms=9.0)),
+}
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +50,15 @@ def results_db(tmp_path_factory: pytest.TempPathFactory, real_result) -> Path:
     path = tmp_path_factory.mktemp("dash") / "results.duckdb"
     store = fill(path)
     store.start_run("run-4", manifest="zoo.parquet", manifest_hash="h4", versions=real_result.versions,
-                    resources={"CPU": 2.0}, settings={})
+                    resources={"CPU": 2.0}, settings=asdict(Settings()), name="nightly-4")
     store.record("run-4", "k-real-bert", real_result)
+    for key, res in RUN_4.items():
+        store.record("run-4", key, res)
     store.finish_run("run-4")
+    store.record_publication({"run_id": "run-4", "job_key": "k-real-bert", "source": real_result.source,
+                              "repo_id": "my-org/bert-ONNX", "status": "published", "commit_sha": "c0ffee",
+                              "commit_url": "https://hub.example/my-org/bert-ONNX/commit/c0ffee", "files": 7,
+                              "uploaded_files": 7, "uploaded_bytes": 1000, "message": None})
     return path
 
 

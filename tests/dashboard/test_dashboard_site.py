@@ -16,8 +16,8 @@ def test_the_page_renders_every_panel_without_console_errors(browser: Chrome, si
     cells = browser.eval("[...document.querySelectorAll('#matrix td.cell')].map(td => td.textContent)")
     assert len(cells) >= 15 and "0/1" in cells and "1/1" in cells
     headline = browser.eval("document.querySelector('#headline').textContent")
-    assert "models" in headline and "pass rate" in headline and "speedup" in headline
-    assert browser.eval("document.querySelectorAll('#passrate circle').length") == 4
+    assert "models converted" in headline and "variants verified" in headline and "speedup" in headline
+    assert browser.eval("document.querySelectorAll('#passrate circle').length") == 2 * 4  # two series, four runs
     assert browser.eval("document.querySelectorAll('#speedup rect').length") > 3
     assert browser.eval("document.querySelectorAll('#errors rect').length") > 3
     assert "export_error" in browser.eval("document.querySelector('#signatures').textContent")
@@ -28,7 +28,7 @@ def test_the_table_shows_the_real_run_and_filters(browser: Chrome, site_url: str
     browser.errors.clear()
     browser.open(site_url)
     sources = browser.eval("[...document.querySelectorAll('#models tbody tr td:first-child')].map(td => td.textContent)")
-    assert len(sources) == 6 and any(s.endswith("/bert") for s in sources)
+    assert len(sources) == 7 and any(s.endswith("/bert") for s in sources)
     browser.eval("{ const s = document.querySelector('#f-status'); s.value = 'failed';"
                  " s.dispatchEvent(new Event('input')); }")
     statuses = browser.eval("[...document.querySelectorAll('#models tbody tr td:nth-child(6)')].map(td => td.textContent)")
@@ -65,7 +65,7 @@ def test_the_site_works_offline_from_file_urls(browser: Chrome, site: Path) -> N
 
 def test_embedded_data_is_bounded(site: Path) -> None:
     html = site.joinpath("index.html").read_text()
-    data = json.loads(html.split("const DATA = ", 1)[1].split(";\n", 1)[0])
+    data = json.loads(html.split('<script id="zoo-data" type="application/json">', 1)[1].split("</script>", 1)[0])
     assert len(data["models"]) <= MODEL_CAP
     assert not any(k.startswith("detail_") for k in data)
 
@@ -75,10 +75,10 @@ def test_a_real_pipeline_result_lands_in_every_table(results_db: Path, real_resu
 
     with ResultStore(results_db, read_only=True).connect() as con:
         rows = con.execute("SELECT variant, status, opset, export_s > 0, size_bytes > 0, versions['torch']"
-                           " FROM results WHERE run_id = 'run-4' ORDER BY variant").fetchall()
-        outputs = con.execute("SELECT count(*) FROM verification WHERE run_id = 'run-4'").fetchone()[0]
-        ops = con.execute("SELECT count(*) FROM op_census WHERE run_id = 'run-4'").fetchone()[0]
-    assert [r[0] for r in rows] == ["fp32", "int8"]
+                           " FROM results WHERE job_key = 'k-real-bert' ORDER BY variant").fetchall()
+        outputs = con.execute("SELECT count(*) FROM verification WHERE job_key = 'k-real-bert'").fetchone()[0]
+        ops = con.execute("SELECT count(*) FROM op_census WHERE job_key = 'k-real-bert'").fetchone()[0]
+    assert [r[0] for r in rows] == ["fp32", "int8", "q4"]
     assert all(r[2:5] == (17, True, True) for r in rows) and rows[0][5] == real_result.versions["torch"]
     assert rows[0][1] == real_result.variant("fp32").status
     assert outputs >= 4 and ops == len(real_result.op_census) > 3

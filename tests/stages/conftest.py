@@ -20,6 +20,11 @@ ZOO_TASKS = {
     "wav2vec2": "automatic-speech-recognition",
     "bart": "text2text-generation-with-past",
     "wavlm": "feature-extraction",
+    # length-dependent models and a filterbank speech model
+    "speech-to-text": "automatic-speech-recognition-with-past",
+    "bigbird": "fill-mask",
+    "qwen2-sliding-window": "text-generation-with-past",
+    "phi3-longrope": "text-generation-with-past",
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from zoo_convert.errors import CheckError, ExportError, FailureKind
+from zoo_convert.errors import CheckError, ExportError, FailureKind, UnsafeCheckpointError
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.check import check
@@ -113,9 +113,9 @@ def test_torch_dynamo_exporter_verifies(zoo_dir: Path, tmp_path: Path, checkpoin
     assert ex.details["exporter"] == "torch"
     assert [c.name for c in ex.components] == ["model"]
     check(ex)
-    result = verify(ex, Artifact("fp32", {"model": ex.components[0].path}), Settings())
-    assert result.passed, result.message
-    assert {c.shape for c in result.checks} == {"1x7", "3x19"}
+    checks = verify(ex, Artifact("fp32", {"model": ex.components[0].path}), Settings())
+    assert all(c.passed for c in checks)
+    assert {c.shape for c in checks} == {"1x7", "3x19", "1x128"}
 
 
 def test_torch_exporter_refuses_decoders_with_past(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
@@ -153,3 +153,15 @@ def test_broken_weights_are_export_error(zoo_dir: Path, tmp_path: Path, checkpoi
         export(checkpoint(src, "feature-extraction"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
     assert err.value.kind is FailureKind.EXPORT_ERROR
     assert err.value.message
+
+
+def test_side_files_are_copied_only_from_inside_the_checkpoint(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """export() on a checkpoint fetch never vetted still copies no file from elsewhere."""
+    ckpt_dir = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "bert", ckpt_dir)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for publishing")
+    (ckpt_dir / "merges.txt").symlink_to(secret)
+    with pytest.raises(UnsafeCheckpointError, match=f"side file merges.txt links to {secret}"):
+        export(checkpoint(ckpt_dir, "feature-extraction"), ManifestEntry(source=str(ckpt_dir)), Settings(), tmp_path / "out")
+    assert not any(p.read_bytes() == secret.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())

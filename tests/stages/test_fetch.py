@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,104 @@ def test_seq2seq_task_is_the_generative_one(tmp_path: Path) -> None:
                      decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)
     BartForConditionalGeneration(cfg).save_pretrained(tmp_path)
     assert fetch(ManifestEntry(source=str(tmp_path)), Settings()).task == "text2text-generation-with-past"
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "plant", "problem"),
+    [
+        ("merges.txt", lambda p, outside: p.symlink_to(outside), "links to {outside}, outside the checkpoint"),
+        ("chat_template.jinja", lambda p, outside: p.symlink_to("/proc/self/mem"), "links to /proc/"),
+        ("tokenizer.json", lambda p, outside: p.symlink_to("../ckpt/./tokenizer.json"), "is not a regular file"),  # a loop
+        ("vocab.txt", lambda p, outside: _fifo(p), "is not a regular file"),
+        ("tokenizer_config.json", lambda p, outside: p.mkdir(), "is not a regular file"),
+    ],
+)  # fmt: skip
+def test_a_side_file_leading_out_of_the_checkpoint_is_unsafe(
+    name: str, plant, problem: str, bert_dir: Path, tmp_path: Path
+) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not for publishing")
+    plant(ckpt / name, outside)
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_UNSAFE, err
+    assert f"side file {name} {problem.format(outside=outside)}" in str(err)
+
+
+def test_links_inside_the_checkpoint_or_into_its_hub_cache_blobs_are_fine(bert_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.sources import side_files
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    sources = {p.name: p for p in bert_dir.iterdir()} | {"vocab.txt": tmp_path / "vocab.txt"}
+    for name, src in sources.items():
+        blob = repo / "blobs" / hashlib.sha256(name.encode()).hexdigest()
+        shutil.copyfile(src, blob)
+        (snapshot / name).symlink_to(Path("../../blobs", blob.name))  # as huggingface_hub lays out its cache
+    (snapshot / "sub").mkdir()
+    (snapshot / "sub" / "template.jinja").write_text("{{ messages }}")
+    (snapshot / "chat_template.jinja").symlink_to("sub/template.jinja")
+    ckpt = fetch(ManifestEntry(source=str(snapshot)), Settings())
+    assert ckpt.model_type == "bert"
+    assert {p.name for p in side_files(snapshot)} == {"config.json", "vocab.txt", "chat_template.jinja"}
+
+
+def _safetensors(header: bytes, data: bytes = b"\0" * 8) -> bytes:
+    return struct.pack("<Q", len(header)) + header + data
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("weights", "said"),
+    [
+        (_safetensors(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": 8}}'), "tensor 'w' has no valid data_offsets"),
+        (_safetensors(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [8]}}'), "tensor 'w' has no valid data_offsets"),
+        (_safetensors(b'{"w": [0, 8]}'), "tensor 'w' has no valid data_offsets"),
+        (_safetensors(b'[{"data_offsets": [0, 8]}]'), "a JSON list, not an object"),
+        (_safetensors(_DEEP), "RecursionError"),
+    ],
+    ids=["offsets-int", "offsets-short", "tensor-list", "header-list", "deep"],
+)
+def test_a_malformed_safetensors_header_is_fetch_error(weights: bytes, said: str, bert_dir: Path, tmp_path: Path) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    (ckpt / "model.safetensors").write_bytes(weights)
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR and "model.safetensors has a corrupt header" in str(err) and said in str(err)
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (b'[{"model_type": "bert"}]', "config.json holds a JSON list, not an object"),
+        (_DEEP, "config.json is not valid JSON: RecursionError"),
+        (b'{"model_type": ["bert"]}', "model_type is a JSON list, not a str"),
+        (b'{"model_type": "bert", "architectures": "BertModel"}', "architectures is a JSON str, not a list"),
+        (b'{"model_type": "bert", "architectures": [{"x": 1}]}', "architectures holds something other than names"),
+        (b'{"model_type": "bert", "auto_map": 3}', "auto_map is a JSON int, not a dict"),
+    ],
+    ids=["list", "deep", "model-type-list", "architectures-str", "architectures-dicts", "auto-map-int"],
+)
+def test_a_malformed_config_is_fetch_error(config: bytes, said: str, bert_dir: Path, tmp_path: Path) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    (ckpt / "config.json").write_bytes(config)
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR and said in str(err), err
+
+
+@pytest.mark.parametrize("plant", ["fifo", "folder", "dangling", "proc-mem"])
+def test_weights_that_are_no_readable_file_are_fetch_error(plant: str, bert_dir: Path, tmp_path: Path) -> None:
+    ckpt = _copy(bert_dir, tmp_path)
+    weights = ckpt / "extra.safetensors"
+    {"fifo": lambda: os.mkfifo(weights), "folder": weights.mkdir, "dangling": lambda: weights.symlink_to(tmp_path / "gone"),
+     "proc-mem": lambda: weights.symlink_to("/proc/self/mem")}[plant]()  # fmt: skip
+    err = _fails(ckpt)
+    assert err.kind == FailureKind.FETCH_ERROR and "extra.safetensors" in str(err), err

@@ -133,8 +133,71 @@ def test_bert_variants_at_transformers_js_paths(bert_variants) -> None:
         "fp16": {"model": onnx_dir / "model_fp16.onnx"},
         "int8": {"model": onnx_dir / "model_quantized.onnx"},
     }
-    assert sorted(p.name for p in onnx_dir.iterdir()) == ["model.onnx", "model_fp16.onnx", "model_quantized.onnx"]
+    # transformers.js asks for int8 by two dtypes, q8 and int8: one graph, two names, one copy on disk.
+    assert sorted(p.name for p in onnx_dir.iterdir()) == [
+        "model.onnx", "model_fp16.onnx", "model_int8.onnx", "model_quantized.onnx"
+    ]
+    assert os.path.samefile(onnx_dir / "model_int8.onnx", onnx_dir / "model_quantized.onnx")
     assert all("error" not in a.details and a.details["seconds"] > 0 for a in artifacts.values())
+
+
+@pytest.fixture(scope="session")
+def bert_opt_in(exports: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    """The opt-in variants of the tiny bert: uint8 and q4."""
+    out = tmp_path_factory.mktemp("bert_opt_in")
+    exported = _exported(exports["bert"], out)
+    return exported, optimize(exported, ("uint8", "q4"), Settings())
+
+
+def test_q4_is_4_bit_matmulnbits_of_every_weight_matmul(bert_opt_in, exports) -> None:
+    exported, artifacts = bert_opt_in
+    q4 = artifacts["q4"]
+    assert "error" not in q4.details and q4.files == {"model": exported.out_dir / "onnx" / "model_q4.onnx"}
+    graph = onnx.load(str(q4.files["model"])).graph
+    plain = onnx.load(str(exports["bert"] / "onnx" / "model.onnx")).graph
+    weights = {t.name for t in plain.initializer}
+    weight_matmuls = [n for n in plain.node if n.op_type == "MatMul" and n.input[1] in weights]
+    nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    # Every MatMul with a stored weight, the FFN down-projections after GELU too (activations stay float).
+    assert len(nbits) == len(weight_matmuls) == 12
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nbits[0].attribute}
+    assert attrs["bits"] == 4 and attrs["block_size"] == 32
+    assert len(nbits[0].input) == 3  # symmetric: no zero points
+    part = q4.details["components"]["model"]
+    assert part["quantized_ops"] == {"MatMulNBits": 12} and part["block_size"] == 32
+    assert q4.details["quantization"] == "weight-only 4-bit MatMulNBits, symmetric blocks of 32"
+    feeds = _feeds(exports["bert"] / "onnx" / "model.onnx", exported.checkpoint.config)
+    assert _cosine(_outputs(q4.files["model"], feeds), _outputs(exports["bert"] / "onnx" / "model.onnx", feeds)) > 0.95
+
+
+def test_uint8_has_unsigned_weights(bert_opt_in) -> None:
+    _, artifacts = bert_opt_in
+    uint8 = artifacts["uint8"]
+    assert uint8.files["model"].name == "model_uint8.onnx"
+    graph = onnx.load(str(uint8.files["model"])).graph
+    quantized = {t.data_type for t in graph.initializer if t.name.endswith("_quantized")}
+    assert quantized == {onnx.TensorProto.UINT8}
+    assert uint8.details["components"]["model"]["weight_type"] == "QUInt8"
+    assert uint8.details["quantization"] == "dynamic QUInt8 per-channel"
+
+
+def test_q4_leaves_the_process_logging_alone(exports, tmp_path: Path) -> None:
+    """Importing onnxruntime's MatMulNBits quantizer calls logging.basicConfig(level=INFO) on the root logger."""
+    import logging
+
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level)
+    exported = _exported(exports["bert"], tmp_path)
+    assert "error" not in optimize(exported, ("q4",), Settings())["q4"].details
+    assert (root.handlers, root.level) == before
+
+
+def test_q4_of_a_model_without_weight_matmuls_is_a_failed_variant(exports, tmp_path: Path) -> None:
+    exported = _exported(exports["resnet"], tmp_path)
+    artifacts = optimize(exported, ("fp32", "q4"), Settings())
+    assert artifacts["q4"].files == {} and artifacts["q4"].details["failure_kind"] == "optimize_error"
+    assert "MatMulNBits quantized no MatMul" in artifacts["q4"].details["error"]
+    assert "error" not in artifacts["fp32"].details
 
 
 def test_bert_fp32_is_fused_and_matches_the_plain_export(bert_variants, exports) -> None:
@@ -236,6 +299,7 @@ def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) 
         "decoder_model_merged": onnx_dir / "decoder_model_merged_fp16.onnx",
     }
     assert artifacts["int8"].files["decoder_model_merged"] == onnx_dir / "decoder_model_merged_quantized.onnx"
+    assert os.path.samefile(onnx_dir / "decoder_model_merged_int8.onnx", onnx_dir / "decoder_model_merged_quantized.onnx")
     # The merged decoder's layers live inside If branches: int8 must reach them.
     assert artifacts["int8"].details["components"]["decoder_model_merged"]["quantized_ops"]["MatMulInteger"] > 0
     fp32 = artifacts["fp32"].details["components"]
@@ -271,9 +335,10 @@ def test_a_variant_that_cannot_be_made_is_data(tmp_path: Path, exports) -> None:
     exported.components.append(Component(name="head", path=head))
     artifacts = optimize(exported, VARIANTS, Settings())
     assert artifacts["int8"].files == {}
-    assert artifacts["int8"].details["error"] == "int8 of head: OptimizeError: quantize_dynamic quantized no operator"
+    assert artifacts["int8"].details["error"] == "int8 of head: quantize_dynamic quantized no operator"
     assert artifacts["int8"].details["failure_kind"] == "optimize_error"
-    assert not (tmp_path / "onnx" / "model_quantized.onnx").exists()  # no half-made variant left behind
+    assert not list((tmp_path / "onnx").glob("*_quantized.onnx"))  # no half-made variant left behind
+    assert not list((tmp_path / "onnx").glob("*_int8.onnx"))
     assert set(artifacts["fp32"].files) == set(artifacts["fp16"].files) == {"model", "head"}
 
 
@@ -287,6 +352,15 @@ def test_large_models_keep_weights_in_external_data(exports, tmp_path: Path) -> 
         assert any(onnx.external_data_helper.uses_external_data(t) for t in graph.initializer)
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert not list((tmp_path / "onnx").glob(".optimize-*"))
+    # int8's second name: its own small graph naming its own data file, a hard link of the first's,
+    # because transformers.js in a browser fetches <file>_data for the file it loads.
+    onnx_dir = tmp_path / "onnx"
+    alias = onnx.load(str(onnx_dir / "model_int8.onnx"), load_external_data=False)
+    locations = {e.value for t in alias.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"model_int8.onnx_data"}
+    assert os.path.samefile(onnx_dir / "model_int8.onnx_data", onnx_dir / "model_quantized.onnx_data")
+    feeds = _feeds(onnx_dir / "model_quantized.onnx", exported.checkpoint.config)
+    assert np.array_equal(_outputs(onnx_dir / "model_int8.onnx", feeds), _outputs(onnx_dir / "model_quantized.onnx", feeds))
 
 
 def test_fp32_failure_raises_naming_variant_and_component(tmp_path: Path, exports) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,12 +11,14 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from zoo_convert.errors import BenchmarkError, VerifyError
+from zoo_convert.errors import LONG_INPUTS_ONLY, BenchmarkError, NumericsMismatchError, VerifyError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
+from zoo_convert.runtime import SENTENCES, Branch, cases, feed_for
+from zoo_convert.shapes import AUDIO_SAMPLES_PER_STEP
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.benchmark import benchmark
 from zoo_convert.stages.export import export
-from zoo_convert.stages.verify import AUDIO_SAMPLES_PER_STEP, SENTENCES, cases, verify
+from zoo_convert.stages.verify import verify
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,23 +31,38 @@ def fp32(ex: ExportedModel) -> Artifact:
     return Artifact("fp32", {c.name: c.path for c in ex.components})
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "vit", "wav2vec2"])
+# The short shapes, and the long one: batch 1 at 128 tokens (gpt2: 64 new over a 64-token past, its
+# 128 positions; t5: past its 128-token relative-position buckets), 10 s of raw audio (samples);
+# images have no length to grow.
+SHAPES = {
+    "bert": {"1x7", "3x19", "1x128"},
+    "gpt2": {"1x7", "3x19", "1x64"},
+    "t5": {"1x7", "3x19", "1x129"},
+    "vit": {"1x7", "3x19"},
+    "wav2vec2": {"1x7000", "3x19000", "1x160000"},
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
 def test_fp32_matches_pytorch_at_every_verify_shape(zoo_export, name: str) -> None:
     ex = zoo_export(name)
-    result = verify(ex, fp32(ex), SETTINGS)
-    assert result.passed, result.message
-    assert result.message is None
-    assert max(c.max_abs for c in result.checks) <= 1e-4
-    assert min(c.cosine for c in result.checks) >= 0.9999
-    assert all(c.nan == 0 and c.inf == 0 for c in result.checks)
-    shapes = {c.shape.split("/")[0] for c in result.checks}
-    assert shapes == {"1x7", "3x19"}
+    checks = verify(ex, fp32(ex), SETTINGS)
+    assert all(c.passed for c in checks)
+    assert max(c.max_abs for c in checks) <= 1e-4
+    assert min(c.cosine for c in checks) >= 0.9999
+    assert all(c.nan == 0 and c.inf == 0 for c in checks)
+    shapes = {c.shape.split("/")[0] for c in checks}
+    assert shapes == SHAPES[name]
+    short = {c.shape.split("/")[0] for c in verify(ex, fp32(ex), Settings(verify_long=False))}
+    assert short == SHAPES[name] - {"1x128", "1x64", "1x129", "1x160000"}
 
 
 def test_audio_length_varies_with_the_verify_shape(zoo_export) -> None:
     ex = zoo_export("wav2vec2")
     lengths = {
-        cases(ex, ex.components[0], b, s, SETTINGS, audio_samples=s * AUDIO_SAMPLES_PER_STEP)[0].feed["input_values"].shape
+        cases(ex, ex.components[0], b, s, SETTINGS, audio_samples=s * AUDIO_SAMPLES_PER_STEP)[Branch.WHOLE]
+        .feed["input_values"]
+        .shape
         for b, s in SETTINGS.verify_shapes
     }
     assert lengths == {(1, 7000), (3, 19000)}
@@ -52,17 +70,17 @@ def test_audio_length_varies_with_the_verify_shape(zoo_export) -> None:
 
 def test_decoder_checks_the_past_key_values(zoo_export) -> None:
     ex = zoo_export("gpt2")
-    outputs = {c.output for c in verify(ex, fp32(ex), SETTINGS).checks}
+    outputs = {c.output for c in verify(ex, fp32(ex), SETTINGS)}
     assert {"logits", "present.0.key", "present.0.value"} <= outputs
-    case = cases(ex, ex.components[0], 3, 19, SETTINGS, audio_samples=0)[0]
+    case = cases(ex, ex.components[0], 3, 19, SETTINGS, audio_samples=0)[Branch.WHOLE]
     assert case.feed["past_key_values.0.key"].shape[2] == 19, "verify must run with a populated cache"
 
 
 def test_merged_decoder_checks_both_branches(zoo_export) -> None:
     ex = zoo_export("t5")
-    checks = verify(ex, fp32(ex), SETTINGS).checks
+    checks = verify(ex, fp32(ex), SETTINGS)
     decoder_shapes = {c.shape for c in checks if c.output.startswith("decoder_model_merged/")}
-    assert decoder_shapes == {"1x7/no-cache", "1x7/cache", "3x19/no-cache", "3x19/cache"}
+    assert decoder_shapes == {f"{s}/{b}" for s in ("1x7", "3x19", "1x129") for b in ("no-cache", "cache")}
     assert any(c.output == "encoder_model/last_hidden_state" for c in checks)
 
 
@@ -71,7 +89,7 @@ def test_text_inputs_are_real_tokens(zoo_export) -> None:
 
     ex = zoo_export("bert")
     tokenizer = AutoTokenizer.from_pretrained(str(ex.checkpoint.path))
-    ids = cases(ex, ex.components[0], 1, 7, SETTINGS, audio_samples=0)[0].feed["input_ids"]
+    ids = cases(ex, ex.components[0], 1, 7, SETTINGS, audio_samples=0)[Branch.WHOLE].feed["input_ids"]
     assert ids[0].tolist() == tokenizer(SENTENCES[0])["input_ids"][:7]
 
 
@@ -86,21 +104,23 @@ def test_perturbed_graph_fails_with_numbers(zoo_export, tmp_path: Path) -> None:
     bad = tmp_path / "model.onnx"
     onnx.save(model, str(bad))
 
-    result = verify(ex, Artifact("fp32", {"model": bad}), SETTINGS)
-    assert not result.passed
-    worst = max(result.checks, key=lambda c: c.max_abs)
-    assert worst.max_abs > 1e-4 and not worst.passed
-    assert worst.mean_abs > 0 and worst.max_rel > 0
-    assert "last_hidden_state" in result.message and "tolerance 0.0001" in result.message
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, Artifact("fp32", {"model": bad}), SETTINGS)
+    mismatch = raised.value
+    worst = max(mismatch.checks, key=lambda c: c.max_abs)
+    assert mismatch.worst == worst and worst.max_abs > 1e-4 and not worst.passed
+    assert worst.output == "last_hidden_state" and worst.mean_abs > 0 and worst.max_rel > 0
+    assert mismatch.tolerance == SETTINGS.tolerances["fp32"]
+    assert "last_hidden_state" in mismatch.message and "tolerance 0.0001" in mismatch.message
 
 
 def test_tolerance_decides(zoo_export) -> None:
     ex = zoo_export("vit")
     strict = Settings(tolerances={"fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)})
-    result = verify(ex, fp32(ex), strict)
-    assert not result.passed
-    assert "logits" in result.message and "min 1" in result.message
-    assert all(not c.passed for c in result.checks)
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, fp32(ex), strict)
+    assert raised.value.worst.output == "logits" and "min 1" in raised.value.message
+    assert raised.value.checks and all(not c.passed for c in raised.value.checks)
 
 
 def test_unloadable_graph_is_verify_error(zoo_export, tmp_path: Path) -> None:
@@ -116,13 +136,13 @@ def test_unloadable_graph_is_verify_error(zoo_export, tmp_path: Path) -> None:
 def test_pytorch_forward_is_memoized_across_variants(zoo_export, tmp_path: Path) -> None:
     ex = zoo_export("t5")
     verify(ex, fp32(ex), SETTINGS)
-    before = {k: [id(c) for c in v] for k, v in ex.cache["cases"].items()}
+    before = {k: [id(c) for c in v.values()] for k, v in ex.cache.cases.items()}
     copies = {}
     for comp in ex.components:
         copies[comp.name] = tmp_path / comp.path.name
         shutil.copy(comp.path, copies[comp.name])
-    assert verify(ex, Artifact("fp16", copies), SETTINGS).passed
-    after = {k: [id(c) for c in v] for k, v in ex.cache["cases"].items()}
+    assert all(c.passed for c in verify(ex, Artifact("fp16", copies), SETTINGS))
+    after = {k: [id(c) for c in v.values()] for k, v in ex.cache.cases.items()}
     assert after == before
 
 
@@ -144,6 +164,135 @@ def test_benchmark_error_is_benchmark_error(zoo_export) -> None:
 def test_real_minilm_verifies_at_fp32(minilm_dir: Path, tmp_path: Path, checkpoint) -> None:
     ckpt = checkpoint(minilm_dir, "feature-extraction")
     ex = export(ckpt, ManifestEntry(source=str(minilm_dir)), SETTINGS, tmp_path)
-    result = verify(ex, fp32(ex), SETTINGS)
-    assert result.passed, result.message
-    assert max(c.max_abs for c in result.checks) <= 1e-4
+    checks = verify(ex, fp32(ex), SETTINGS)
+    assert max(c.max_abs for c in checks) <= 1e-4
+
+
+def test_verify_leaves_the_global_random_generators_as_it_found_them(zoo_export) -> None:
+    import dataclasses
+    import random
+
+    import torch
+
+    from zoo_convert.runtime import RuntimeCache
+
+    fresh = dataclasses.replace(zoo_export("bert"), cache=RuntimeCache())  # inputs generated anew, not memoized
+    random.seed(12345)
+    np.random.seed(12345)
+    torch.manual_seed(12345)
+    before = (random.random(), np.random.random(), torch.rand(1).item())
+    random.seed(12345)
+    np.random.seed(12345)
+    torch.manual_seed(12345)
+    verify(fresh, fp32(fresh), SETTINGS)
+    assert fresh.cache.cases, "the inputs were generated by this call"
+    assert (random.random(), np.random.random(), torch.rand(1).item()) == before
+
+
+def test_benchmark_times_the_cache_branch_of_a_merged_decoder(zoo_export, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zoo_convert.stages.benchmark as bench
+
+    ex = zoo_export("t5")
+    found = cases(ex, ex.components[1], 1, 128, SETTINGS, audio_samples=16000)
+    assert list(found) == [Branch.NO_CACHE, Branch.CACHE]
+    assert found[Branch.NO_CACHE].feed["use_cache_branch"].tolist() == [False]
+    assert found[Branch.CACHE].feed["use_cache_branch"].tolist() == [True]
+    timed = []
+
+    def spy(session, case, comp):  # the real feed_for, noting which case each component is timed on
+        timed.append((comp.name, case.branch))
+        return feed_for(session, case, comp)
+
+    monkeypatch.setattr(bench, "feed_for", spy)
+    benchmark(ex, fp32(ex), FAST_BENCH)
+    assert timed == [("encoder_model", Branch.WHOLE), ("decoder_model_merged", Branch.CACHE)]
+
+
+def test_a_filterbank_speech_model_is_fed_the_frames_its_extractor_makes(zoo_export) -> None:
+    """Speech2Text-style ``input_features`` are 10 ms filterbank frames, not one per raw-audio sample."""
+    ex = zoo_export("speech-to-text")
+    encoder = ex.components[0]
+    checks = verify(ex, fp32(ex), SETTINGS)
+    assert all(c.passed for c in checks)
+    # 7000 and 19000 samples (the short shapes) and 10 s (the long one), 160 samples a frame
+    assert {c.shape for c in checks if c.output.startswith("encoder_model/")} == {"1x43", "3x118", "1x1000"}
+    fed = [found[Branch.WHOLE].feed for key, found in ex.cache.cases.items() if key[0] == encoder.name]
+    assert sorted(f["input_features"].shape for f in fed) == [(1, 43, 16), (1, 1000, 16), (3, 118, 16)]
+    assert all(f["attention_mask"].shape == f["input_features"].shape[:2] for f in fed)
+    # The benchmark's one second of audio is 100 frames too.
+    timed = cases(ex, encoder, 1, 128, SETTINGS, audio_samples=16000)[Branch.WHOLE]
+    assert timed.feed["input_features"].shape == (1, 100, 16)
+
+
+def test_a_sliding_window_is_crossed_at_the_long_shape(zoo_export, checkpoint, tmp_path: Path) -> None:
+    """The exporter keeps the window (the mask is built from positions); a graph without it is caught."""
+    ex = zoo_export("qwen2-sliding-window")
+    model = ex.components[0]
+    window = model.torch_module.config.sliding_window
+    assert all(c.passed for c in verify(ex, fp32(ex), SETTINGS))
+    past = {s: cases(ex, model, b, s, SETTINGS, audio_samples=0)[Branch.WHOLE].feed["past_key_values.0.key"].shape[2]
+            for b, s in [*SETTINGS.verify_shapes, (1, 128)]}  # fmt: skip
+    assert past == {7: 7, 19: 19, 128: 64}  # the long shape, capped at half the 128 positions
+    # The short shapes never reach the window (19 past + 19 new); the long shape's past alone exceeds it.
+    assert 2 * past[19] < window < past[128]
+    # The same weights exported without the window: right while a step sees fewer positions than it.
+    plain = tmp_path / "no-window"
+    shutil.copytree(ex.checkpoint.path, plain)
+    config = json.loads((plain / "config.json").read_text())
+    del config["layer_types"]  # rederived: full attention in every layer
+    (plain / "config.json").write_text(json.dumps({**config, "use_sliding_window": False}))
+    unwindowed = export(checkpoint(plain, "text-generation-with-past"), ManifestEntry(source=str(plain)), SETTINGS,
+                        tmp_path / "out")  # fmt: skip
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, fp32(unwindowed), SETTINGS)
+    assert raised.value.message.startswith(f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at 1x64 (batch x tokens); ")
+    assert {c.shape for c in raised.value.checks if not c.passed} == {"1x64"}
+
+
+@pytest.mark.parametrize(("name", "long"), [("bigbird", "1x128"), ("phi3-longrope", "1x64")])
+def test_a_length_switch_frozen_by_the_export_is_caught_at_the_long_shape(zoo_export, name: str, long: str) -> None:
+    """BigBird's block-sparse attention (above 56 tokens) and longrope's long factors (past 48 positions)."""
+    ex = zoo_export(name)
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, fp32(ex), SETTINGS)
+    err = raised.value
+    assert err.kind.value == "verify_numerics" and err.long_only == f"{long} (batch x tokens)"
+    assert err.message.startswith(f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long} (batch x tokens); ")
+    assert {c.shape for c in err.checks if not c.passed} == {long} and err.worst.max_abs > 1e-3
+    # At the short shapes alone (what verify did before the long shape) the same graph passes.
+    assert all(c.passed for c in verify(ex, fp32(ex), Settings(verify_long=False)))
+
+
+def test_longrope_traced_past_its_threshold_is_right_there_and_wrong_below(
+    zoo_export, checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The long shape's failure is the model's switch, not our inputs: traced at 64 tokens, the graph flips."""
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+
+    ex = zoo_export("phi3-longrope")
+    monkeypatch.setitem(DEFAULT_DUMMY_SHAPES, "sequence_length", 64)
+    long_traced = export(ex.checkpoint, ManifestEntry(source=str(ex.checkpoint.path)), SETTINGS, tmp_path)
+    with pytest.raises(NumericsMismatchError) as raised:
+        verify(ex, fp32(long_traced), SETTINGS)
+    assert {c.shape for c in raised.value.checks if not c.passed} == {"1x7", "3x19"}
+    assert raised.value.long_only is None and not raised.value.message.startswith(LONG_INPUTS_ONLY)
+
+
+def test_the_reference_is_the_model_as_loaded(zoo_export) -> None:
+    """The export's 16-token trace switched BigBird to full attention for good; the reference is as loaded."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    ex = zoo_export("bigbird")
+    model = ex.components[0]
+    reference = cases(ex, model, 1, 128, SETTINGS, audio_samples=0)[Branch.WHOLE]
+    cases(ex, model, 1, 7, SETTINGS, audio_samples=0)  # a short forward switches it again
+    assert model.torch_module.bert.attention_type == "original_full"
+    model.as_loaded.restore()
+    assert model.torch_module.bert.attention_type == "block_sparse"
+    layer = model.torch_module.bert.encoder.layer[0]
+    assert type(layer.attention.self).__name__ == "BigBirdBlockSparseAttention"
+    fresh = AutoModelForMaskedLM.from_pretrained(ex.checkpoint.path).eval()
+    with torch.inference_mode():
+        logits = fresh(**reference.torch_inputs).logits.numpy()
+    np.testing.assert_allclose(reference.reference["logits"], logits, atol=1e-6)

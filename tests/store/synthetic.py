@@ -5,7 +5,9 @@ The history holds one of each thing the views must find:
     run-1: every model as below, bert-a passing with small errors
     run-2: bert-a breaks (verify_numerics), gpt2-b's fp32 error grows 100x, roberta-c is 50% slower,
            t5-d is skipped (a nightly skips unchanged jobs), vit-e fails to export
-    run-3: only t5-d, now failing: compared with run-1, its latest earlier result
+    run-3: only t5-d, now failing under a newer onnxruntime: compared with run-1, its latest earlier result
+
+run-2 is named (``NAMES``), as ``run --name`` names a run.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def result(
     variants: tuple[VariantResult, ...] = (),
     opset: int = 17,
     failure: tuple[str, str, str] | None = None,
+    versions: dict[str, str] = VERSIONS,
+    revision: str = "sha256:" + "ab" * 32,
 ) -> ConversionResult:
     """A job's result; ``failure`` is (kind, stage, message) of a job-level failure."""
     failed = failure is not None or any(v.status == "failed" and v.variant == "fp32" for v in variants)
@@ -69,7 +73,7 @@ def result(
         source=source,
         status="failed" if failed else "passed",
         task="feature-extraction",
-        resolved_revision="sha256:" + "ab" * 32,
+        resolved_revision=revision,
         opset_requested=opset,
         model_type=model_type,
         library="transformers",
@@ -83,7 +87,7 @@ def result(
         op_census={"MatMul": 24, "Add": 30, "Softmax": 2} if variants else {},
         stages=tuple(stages),
         variants=variants,
-        versions=VERSIONS,
+        versions=versions,
         started_at="2026-01-01T00:00:00.000+00:00",
         finished_at="2026-01-01T00:00:05.000+00:00",
         node="node-1",
@@ -124,9 +128,13 @@ HISTORY: dict[str, list[tuple[str, ConversionResult]]] = {
                                           stage="manifest", message="row 7: source is empty", row=7)),
     ],
     "run-3": [
-        ("k-t5-3", result("zoo/t5-d", "t5", opset=14, failure=("export_error", "export", EXPORT.format(m="t5", n=22)))),
+        ("k-t5-3", result("zoo/t5-d", "t5", opset=14, failure=("export_error", "export", EXPORT.format(m="t5", n=22)),
+                          versions={**VERSIONS, "onnxruntime": "1.33.0"})),
     ],
 }
+
+
+NAMES = {"run-2": "nightly-2026-01-02"}
 
 
 def fill(path: Path) -> ResultStore:
@@ -134,7 +142,8 @@ def fill(path: Path) -> ResultStore:
     store = ResultStore(path)
     for run_id, jobs in HISTORY.items():
         store.start_run(run_id, manifest="zoo.parquet", manifest_hash="h-" + run_id, versions=VERSIONS,
-                        resources={"CPU": 2.0}, settings={"threads": 1, "int8_max_abs": float("inf")})
+                        resources={"CPU": 2.0}, settings={"threads": 1, "int8_max_abs": float("inf")},
+                        name=NAMES.get(run_id))
         for key, res in jobs:
             store.record(run_id, key, res)
         store.finish_run(run_id)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from pathlib import Path
 
 import duckdb
@@ -27,7 +30,29 @@ def run(*args: str) -> tuple[int, str]:
 def test_status_shows_the_latest_run(db: str) -> None:
     code, out = run("db", "status", "--db", db)
     assert code == 0
-    assert "run-3" in out and "export_error 1" in out and "regressions   3" in out
+    lines = {line[:15].strip(): line[15:] for line in out.splitlines()}
+    assert lines["run"] == "run-3" and lines["failure kinds"] == "export_error 1" and lines["regressions"] == "3"
+    assert lines["converted"] == "0 of 1 models (fp32 verified)" and lines["not converted"] == "1"
+
+
+def test_status_names_the_two_kinds_of_pass_apart(tmp_path: Path) -> None:
+    """run-2 of the history: bert-a not converted (fp32 broke) while its fp16 and int8 verified; gpt2, roberta fine."""
+    from synthetic import HISTORY, VERSIONS, good, result, variant
+
+    from zoo_convert.store import ResultStore
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions=VERSIONS, resources={}, settings={}, name="n-1")
+    for key, res in HISTORY["run-2"][:3]:
+        store.record("r", key, res)
+    partial = result("zoo/wavlm", "wavlm", variants=(good("w")[0], variant("fp16", passed=False), good("w")[2]))
+    store.record("r", "k-wavlm", partial)
+    store.finish_run("r")
+    code, out = run("db", "status", "--db", str(tmp_path / "r.duckdb"))
+    assert code == 0 and out.splitlines()[0].split() == ["run", "n-1", "(r)"]
+    assert "converted      3 of 4 models (fp32 verified)" in out
+    assert "partial        1 (converted, a variant failed)" in out
+    assert "not converted  1" in out and "variants       10 of 12 verified" in out
 
 
 def test_regressions_exit_1_when_any(db: str) -> None:
@@ -37,6 +62,18 @@ def test_regressions_exit_1_when_any(db: str) -> None:
     assert code == 1 and "slower" in out and "error_grew" in out
     assert run("db", "regressions", "--db", db, "--since", "run-3") == (0, "no regressions\n")
     assert run("db", "regressions", "--db", db, "--since", "nope")[0] == 2
+
+
+def test_regressions_since_a_name_or_a_date_and_what_changed(db: str) -> None:
+    code, out = run("db", "regressions", "--db", db, "--since", "nightly-2026-01-02")
+    assert code == 1 and out.count("broke") == 3 and "slower" not in out
+    assert "onnxruntime 1.32.0 -> 1.33.0" in out
+    code, out = run("db", "regressions", "--db", db, "--since", "run-1")
+    run2 = [line for line in out.splitlines() if "slower" in line or "error_grew" in line]
+    assert run2 and all(line.startswith("nightly-2026-01-02 ") for line in run2)
+    assert all("same checkpoint and toolchain" in line for line in run2)
+    assert run("db", "regressions", "--db", db, "--since", "2000-01-01") == (1, out)  # run-1 has nothing to compare
+    assert run("db", "regressions", "--db", db, "--since", "2999-01-01") == (0, "no regressions\n")
 
 
 def test_query_is_read_only(db: str) -> None:
@@ -58,3 +95,67 @@ def test_export_writes_parquet(db: str, tmp_path: Path) -> None:
 def test_dashboard_command_writes_the_site(db: str, tmp_path: Path) -> None:
     code, out = run("dashboard", "--db", db, "--out", str(tmp_path / "site"))
     assert code == 0 and (tmp_path / "site" / "index.html").exists() and "wrote" in out
+
+
+def _damaged(tmp_path: Path, how: str) -> Path:
+    """A results DB cut in half, or with bytes flipped in its data blocks (a checksum mismatch)."""
+    path = tmp_path / f"{how}.duckdb"
+    fill(path)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        if how == "truncated":
+            f.truncate(size // 2)
+        else:
+            for offset in range(3 * 262144 + 100, size, 262144):  # past the headers, into every later block
+                f.seek(offset)
+                block = f.read(64)
+                f.seek(offset)
+                f.write(bytes(b ^ 0xFF for b in block))
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupt"])
+@pytest.mark.parametrize("command", [["db", "status"], ["db", "export", "OUT"], ["dashboard", "--out", "OUT"], ["run", "MANIFEST"]])
+def test_a_damaged_db_is_one_line_not_a_traceback(how: str, command: list[str], tmp_path: Path) -> None:
+    from zoo_convert.manifest import write_manifest
+
+    db = _damaged(tmp_path, how)
+    manifest = write_manifest([{"source": "bad..id"}], tmp_path / "m.parquet")
+    args = [str(tmp_path / "out") if a == "OUT" else str(manifest) if a == "MANIFEST" else a for a in command]
+    res = CliRunner().invoke(cli, [*args, "--db", str(db)] + (["--out", str(tmp_path / "o")] if command[0] == "run" else []))
+    assert res.exit_code != 0 and isinstance(res.exception, SystemExit), res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    if command != ["db", "status"]:  # store/queries.py words its own errors ("query failed: ...")
+        assert str(db) in res.output
+    assert ("Could not read enough bytes" if how == "truncated" else "checksum") in res.output, res.output
+
+
+LONG_SQL = ("SELECT source, message, versions, recorded_at, max_abs FROM results"
+            " WHERE message LIKE 'Could not export%' ORDER BY job_seq")
+
+
+def test_query_json_and_csv_keep_every_character(db: str) -> None:
+    with duckdb.connect(db, read_only=True) as con:
+        expected = con.execute(LONG_SQL).fetchall()
+    assert expected and all(len(m) > 60 for _, m, *_ in expected)
+    code, out = run("db", "query", "--db", db, "--format", "json", LONG_SQL)
+    assert code == 0
+    records = json.loads(out)
+    assert [r["message"] for r in records] == [m for _, m, *_ in expected]
+    assert records[0]["versions"]["torch"] == "2.13.0" and records[0]["recorded_at"].startswith("20")
+    code, out = run("db", "query", "--db", db, "--format", "csv", LONG_SQL)
+    assert code == 0
+    parsed = list(csv.DictReader(io.StringIO(out)))
+    assert [r["message"] for r in parsed] == [m for _, m, *_ in expected]
+    assert json.loads(parsed[0]["versions"])["onnxruntime"] == "1.32.0"
+
+
+def test_query_markdown_and_the_default_table(db: str) -> None:
+    code, out = run("db", "query", "--db", db, "--format", "markdown",
+                    "SELECT 'a|b' AS x, 1.5 AS y, NULL AS z, message FROM results WHERE message LIKE 'Could not%' LIMIT 1")
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == "| x | y | z | message |" and lines[1] == "|---|---|---|---|"
+    assert lines[2].startswith("| a\\|b | 1.5 |  | Could not export") and "…" not in lines[2]
+    code, out = run("db", "query", "--db", db, LONG_SQL)
+    assert code == 0 and "…" in out  # the terminal table still cuts long cells
+    assert run("db", "query", "--db", db, "--format", "xml", "SELECT 1")[0] == 2

@@ -38,6 +38,40 @@ def test_fresh_file_gets_every_migration_once(tmp_path: Path) -> None:
     assert [v for (v,) in versions] == list(range(1, LATEST_VERSION + 1))
 
 
+# sha256 of each released migration's SQL: a migration applied to a DB is never edited, only appended to.
+RELEASED = {
+    1: "5d3b497257dc2455b66b43410a3e60cfe1e0ba85dd1f27621d4a57769bd1ae31",
+    2: "eb9ec617cbc8c69254236794a624bc210b27b1c52571238055bc044fb44539d8",
+    3: "343fd15ca31ce94b4f233288bc9a0d90f66fa24c8e81f7f52bdf340f6c35c144",
+    4: "eb1948989d46f71817568efc41d3fbf66bfcd6163d1ff938f19038c35073b149",
+    5: "f12db486bc5573f5653a1997fec8b6a5782f7cd45ee079eeb7b40ee0081ce7ea",
+}
+
+
+def test_released_migrations_never_change() -> None:
+    """Migration 2's views once read records.VARIANTS: a new variant must not rewrite them."""
+    import hashlib
+
+    from zoo_convert.store.schema import MIGRATIONS
+
+    got = {m.version: hashlib.sha256(m.sql.encode()).hexdigest() for m in MIGRATIONS if m.version in RELEASED}
+    assert got == RELEASED
+
+
+def test_a_pre_artifact_failure_counts_in_the_default_variants_only(tmp_path: Path) -> None:
+    from zoo_convert.records import ConversionResult, VariantResult
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record("r", "broken", ConversionResult(source="zoo/broken", status="failed", model_type="bert",
+                                                  failure_kind="export_error", stage="export", message="no"))
+    store.record("r", "q4", ConversionResult(source="zoo/q4", status="passed", model_type="bert", variants=(
+        VariantResult("fp32", "passed"), VariantResult("q4", "passed"))))
+    store.finish_run("r")
+    got = rows(store, "SELECT variant, models, passed FROM compat_matrix ORDER BY variant")
+    assert got == [("fp16", 1, 0), ("fp32", 2, 1), ("int8", 1, 0), ("q4", 1, 1)]
+
+
 def test_read_only_needs_an_existing_db(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no results database"):
         ResultStore(tmp_path / "missing.duckdb", read_only=True)
@@ -227,3 +261,35 @@ def test_last_durations_are_each_models_latest_job(tmp_path: Path) -> None:
     other_opset = replace(result("zoo/a", "bert", variants=good("a"), opset=14), finished_at="2026-01-01T00:01:00.000+00:00")
     store.record_many("r1", [("k1", old), ("k2", new), ("k3", other_opset)])
     assert store.last_durations() == {("zoo/a", "optimum", 17): 2.5, ("zoo/a", "optimum", 14): 60.0}
+
+
+def test_the_machines_faults_are_not_terminal_and_timeouts_keep_their_limit(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r1", manifest="m", manifest_hash="h", versions={}, resources={}, settings={"timeout_s": 600.0})
+    disk = result("zoo/a", "bert", failure=("storage_error", "export", "OSError: [Errno 28] No space left on device"))
+    gpu = result("zoo/b", "bert", failure=("gpu_unavailable", "job", "the job needs a GPU and no node offers one"))
+    hung = replace(result("zoo/c", "bert", failure=("timeout", "job", "no answer after 2 s")), timeout_s=2.0)
+    # a variant failed for the disk's sake beside a passing fp32 (made before the fix that fails the job then)
+    half = replace(result("zoo/d", "bert", variants=good("d")), variants=(
+        *good("d")[:2], replace(good("d")[2], status="failed", failure_kind="storage_error")))  # fmt: skip
+    store.record_many("r1", [("k-disk", disk), ("k-gpu", gpu), ("k-hung", hung), ("k-half", half), ("k-ok", result("zoo/e", "bert", variants=good("e")))])
+    assert store.terminal_keys() == {"k-hung", "k-ok"}
+    assert store.timeouts() == {"k-hung": 2.0}
+    store.start_run("r2", manifest="m", manifest_hash="h", versions={}, resources={}, settings={"timeout_s": 600.0})
+    store.record_many("r2", [("k-disk", result("zoo/a", "bert", variants=good("a"))), ("k-hung", replace(hung, timeout_s=None))])
+    assert store.terminal_keys() == {"k-disk", "k-hung", "k-ok"}  # the redone job answers now
+    assert store.timeouts() == {"k-hung": 600.0}  # no limit of its own recorded: its run's --timeout
+
+
+def test_a_batch_mixing_early_failures_and_variants_keeps_every_column(tmp_path: Path) -> None:
+    """The farm records whatever is ready in one batch; a job with no variant first must not blank the others'."""
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r1", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    early = result("zoo/a", "bert", failure=("timeout", "job", "no answer"))
+    store.record_many("r1", [("k-early", early), ("k-ok", result("zoo/b", "bert", variants=good("b")))])
+    store.record_many("r1", [("k-ok2", result("zoo/c", "bert", variants=good("c"))), ("k-early2", early)])
+    got = rows(store, "SELECT job_key, count(max_abs), count(verify_s), count(ort_p50_ms) FROM results"
+                      " WHERE variant IS NOT NULL GROUP BY 1 ORDER BY 1")  # fmt: skip
+    assert got == [("k-ok", 3, 3, 3), ("k-ok2", 3, 3, 3)]

@@ -14,20 +14,26 @@ from typing import Any
 
 import duckdb
 
+from ..records import VARIANTS
+from ..store.queries import regression_rows
+
 MODEL_CAP = 2000
 TOP_SIGNATURES = 25
 MAX_REGRESSIONS = 500
 
 Con = duckdb.DuckDBPyConnection
 
-# The per-model table's unit: one model identity's latest job; `id` orders failures first.
+# The per-model table's unit: one model identity's latest job; `id` orders failures first, then partial ones.
+# A model is passed (every variant verified), partial (converted, a variant failed) or failed (not converted).
 _MODELS = f"""
 CREATE TEMP TABLE dash_models AS
 WITH jobs AS (
     SELECT job_seq, any_value(run_id) AS run_id, any_value(job_key) AS job_key,
         any_value(source) AS source, any_value(revision) AS revision, any_value(model_type) AS model_type,
-        any_value(task) AS task, any_value(exporter) AS exporter,
-        any_value(coalesce(opset, opset_requested)) AS opset, any_value(job_status) AS status,
+        any_value(task) AS task, any_value(exporter) AS exporter, any_value(opset_requested) AS opset_requested,
+        any_value(coalesce(opset, opset_requested)) AS opset,
+        CASE WHEN any_value(job_status) <> 'passed' THEN 'failed'
+             WHEN bool_or(status = 'failed') THEN 'partial' ELSE 'passed' END AS status,
         any_value(attempts) AS attempts, any_value(node) AS node,
         any_value(peak_mem_mb) AS peak_mem_mb,
         min(failure_kind) FILTER (WHERE variant = 'fp32' OR variant IS NULL) AS fp32_kind,
@@ -42,7 +48,7 @@ WITH jobs AS (
     WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     GROUP BY job_seq
 )
-SELECT row_number() OVER (ORDER BY status = 'passed', source, exporter, opset) - 1 AS id,
+SELECT row_number() OVER (ORDER BY status = 'passed', status = 'partial', source, exporter, opset) - 1 AS id,
     * EXCLUDE (fp32_kind, any_kind, fp32_message, any_message),
     coalesce(fp32_kind, any_kind) AS failure_kind,
     left(coalesce(fp32_message, any_message), 300) AS message
@@ -51,21 +57,60 @@ ORDER BY id
 LIMIT {MODEL_CAP};
 """
 
+# The zoo after each run: every model's latest job up to that run, carried forward. A job replaces
+# its model's previous one (results.previous_job_seq) from its run on, so the zoo changes at each run
+# by the sum of (job - previous job); a running sum over the runs gives the state after each run
+# without a model x run cross product. A manifest_error job counts as the model being absent, as in
+# latest_results.
+_ZOO_OVER_RUNS = """
+WITH jobs AS (
+    SELECT job_seq, any_value(run_id) AS run_id, any_value(previous_job_seq) AS previous_job_seq,
+        bool_and(failure_kind IS DISTINCT FROM 'manifest_error')::INTEGER AS present,
+        (any_value(job_status) = 'passed')::INTEGER AS converted,
+        count(variant) AS variants, count(variant) FILTER (WHERE status = 'passed') AS verified
+    FROM results
+    GROUP BY job_seq
+),
+deltas AS (
+    SELECT runs.run_seq AS seq, sum(j.present - coalesce(p.present, 0)) AS models,
+        sum(j.converted - coalesce(p.converted, 0)) AS converted,
+        sum(j.variants - coalesce(p.variants, 0)) AS variants, sum(j.verified - coalesce(p.verified, 0)) AS verified
+    FROM jobs j JOIN runs USING (run_id) LEFT JOIN jobs p ON p.job_seq = j.previous_job_seq
+    GROUP BY runs.run_seq
+)
+SELECT runs.run_id, coalesce(runs.name, strftime(runs.started_at, '%Y-%m-%d %H:%M')) AS label,
+    strftime(runs.started_at, '%Y-%m-%d %H:%M') AS started_at, runs.status,
+    sum(coalesce(d.models, 0)) OVER w AS models, sum(coalesce(d.converted, 0)) OVER w AS converted,
+    sum(coalesce(d.variants, 0)) OVER w AS variants, sum(coalesce(d.verified, 0)) OVER w AS verified
+FROM runs LEFT JOIN deltas d ON d.seq = runs.run_seq
+WINDOW w AS (ORDER BY runs.run_seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+ORDER BY runs.run_seq
+"""
+
 QUERIES: dict[str, str] = {
     "headline": """
         SELECT
             (SELECT count(*) FROM runs) AS runs,
             (SELECT max_by(run_id, run_seq) FROM runs) AS latest_run,
+            (SELECT max_by(name, run_seq) FROM runs) AS latest_name,
             (SELECT count(*) FROM results) AS result_rows,
             count(DISTINCT job_seq) AS models,
-            count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed') AS passed,
+            count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed') AS converted,
+            count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed' AND status = 'failed') AS partial,
+            count(variant) AS variants,
+            count(variant) FILTER (WHERE status = 'passed') AS variants_verified,
             median(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed') AS median_speedup
         FROM latest_results
         WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     """,
+    # compat_matrix with the task beside the model type: one model type serves several tasks.
     "matrix": """
-        SELECT model_type, opset, variant, models, passed, pass_rate, failure_kinds
-        FROM compat_matrix ORDER BY model_type, opset, variant
+        SELECT coalesce(c.model_type, 'unknown') AS model_type, c.task, coalesce(c.opset, c.opset_requested) AS opset,
+            c.variant, count(*) AS models, count(*) FILTER (WHERE c.status = 'passed') AS passed,
+            count(*) FILTER (WHERE c.status = 'passed') / count(*) AS pass_rate,
+            list_sort(list_distinct(list(c.failure_kind))) AS failure_kinds
+        FROM result_cells c SEMI JOIN latest_results l ON c.job_seq = l.job_seq
+        GROUP BY ALL ORDER BY model_type, task, opset, variant
     """,
     "failure_kinds": """
         SELECT failure_kind, any_value(stage) AS stage, count(DISTINCT job_seq) AS n
@@ -76,24 +121,7 @@ QUERIES: dict[str, str] = {
         SELECT failure_kind, stage, signature, n, models, sample_models[1:5] AS sample_models, left(example, 400) AS example
         FROM failure_signatures ORDER BY n DESC, signature LIMIT {TOP_SIGNATURES}
     """,
-    "regressions": f"""
-        SELECT run_id, previous_run_id, regression, source, exporter, opset, variant,
-            previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms, failure_kind, left(message, 300) AS message
-        FROM regressions WHERE run_seq = $latest_seq
-        ORDER BY regression, source, variant LIMIT {MAX_REGRESSIONS}
-    """,
-    # Finished runs carry their counts (ResultStore.finish_run); only running or killed ones are counted here.
-    "runs": """
-        SELECT runs.run_id, runs.run_seq, strftime(runs.started_at, '%Y-%m-%d %H:%M') AS started_at, runs.status,
-            coalesce(runs.n_jobs, live.jobs, 0) AS jobs, coalesce(runs.n_passed, live.passed, 0) AS passed
-        FROM runs LEFT JOIN (
-            SELECT run_id, count(DISTINCT job_seq) AS jobs,
-                count(DISTINCT job_seq) FILTER (WHERE job_status = 'passed') AS passed
-            FROM results WHERE run_id IN (SELECT run_id FROM runs WHERE n_jobs IS NULL)
-            GROUP BY run_id
-        ) live USING (run_id)
-        ORDER BY runs.run_seq
-    """,
+    "runs": _ZOO_OVER_RUNS,
     # Histograms in log space: speedups spread around 1x, errors across decades.
     "speedup_hist": """
         SELECT variant, floor(log2(speedup) * 4) / 4 AS bin, count(*) AS n
@@ -105,18 +133,24 @@ QUERIES: dict[str, str] = {
         FROM latest_results WHERE max_abs IS NOT NULL AND isfinite(max_abs)
         GROUP BY ALL ORDER BY variant, bin
     """,
-    "models": "SELECT * EXCLUDE (job_seq, job_key, run_id), run_id AS run FROM dash_models ORDER BY id",
+    "models": """
+        SELECT m.* EXCLUDE (job_seq, job_key, run_id), coalesce(runs.name, m.run_id) AS run
+        FROM dash_models m JOIN runs USING (run_id) ORDER BY m.id
+    """,
     "model_count": """
         SELECT count(DISTINCT job_seq) FROM latest_results WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     """,
 }
 
+HISTORY_RUNS = 10
+_STATUS_PER_VARIANT = ",\n".join(f"any_value(r.status) FILTER (WHERE r.variant = '{v}') AS {v}" for v in VARIANTS)
+
 DETAIL_QUERIES: dict[str, str] = {
-    "detail_variants": """
+    "detail_variants": f"""
         SELECT m.id, r.variant, r.status, r.failure_kind, r.stage, r.message, r.max_abs, r.max_rel, r.min_cosine,
             r.ort_p50_ms, r.ort_p90_ms, r.torch_p50_ms, r.torch_p90_ms, r.speedup, r.size_bytes,
             r.verify_s, r.benchmark_s, left(r.traceback, 4000) AS traceback
-        FROM dash_models m JOIN results r USING (job_seq) ORDER BY m.id, r.variant
+        FROM dash_models m JOIN results r USING (job_seq) ORDER BY m.id, list_position({list(VARIANTS)}, r.variant)
     """,
     "detail_outputs": """
         SELECT m.id, v.variant, v.output, v.shape, v.max_abs, v.max_rel, v.cosine, v.n_nan, v.n_inf, v.passed
@@ -126,11 +160,53 @@ DETAIL_QUERIES: dict[str, str] = {
         SELECT m.id, list(struct_pack(op := c.op, n := c.n) ORDER BY c.n DESC, c.op) AS ops
         FROM dash_models m JOIN op_census c USING (run_id, job_key) GROUP BY m.id ORDER BY m.id
     """,
+    # The tolerances are the run's settings (Settings.tolerances, recorded by the farm).
     "detail_stages": """
         SELECT m.id, any_value(r.fetch_s) AS fetch_s, any_value(r.export_s) AS export_s,
             any_value(r.check_s) AS check_s, any_value(r.optimize_s) AS optimize_s,
-            any_value(r.versions) AS versions, any_value(r.resolved_revision) AS resolved_revision
-        FROM dash_models m JOIN results r USING (job_seq) GROUP BY m.id ORDER BY m.id
+            any_value(r.versions) AS versions, any_value(r.resolved_revision) AS resolved_revision,
+            any_value(r.artifacts_dir) AS artifacts_dir,
+            any_value(json_extract(runs.settings, '$.tolerances'))::VARCHAR AS tolerances
+        FROM dash_models m JOIN results r USING (job_seq) JOIN runs ON runs.run_id = m.run_id
+        GROUP BY m.id ORDER BY m.id
+    """,
+    "detail_history": f"""
+        WITH jobs AS (
+            SELECT m.id, r.job_seq, any_value(coalesce(runs.name, r.run_id)) AS run,
+                any_value(strftime(runs.started_at, '%Y-%m-%d %H:%M')) AS started_at,
+                any_value(r.job_status) AS job_status, any_value(r.resolved_revision) AS resolved_revision,
+                -- one FILTER per variant: a map_from_entries(list(...)) per job costs 7x as much
+                {_STATUS_PER_VARIANT},
+                any_value(r.max_abs) FILTER (WHERE r.variant = 'fp32') AS max_abs,
+                any_value(r.ort_p50_ms) FILTER (WHERE r.variant = 'fp32') AS ort_p50_ms,
+                any_value(r.failure_kind) AS failure_kind
+            FROM dash_models m
+            JOIN results r ON r.source = m.source AND r.revision IS NOT DISTINCT FROM m.revision
+                AND r.exporter IS NOT DISTINCT FROM m.exporter
+                AND r.opset_requested IS NOT DISTINCT FROM m.opset_requested
+            JOIN runs ON runs.run_id = r.run_id
+            GROUP BY m.id, r.job_seq
+        )
+        SELECT * FROM jobs
+        QUALIFY row_number() OVER (PARTITION BY id ORDER BY job_seq DESC) <= {HISTORY_RUNS}
+        ORDER BY id, job_seq DESC
+    """,
+    # The latest publish outcome of any job of the model (publish records one row per attempt).
+    "detail_publication": """
+        WITH published AS (
+            SELECT r.source, r.revision, r.exporter, r.opset_requested,
+                arg_max(p.repo_id, p.published_at) AS repo_id, arg_max(p.status, p.published_at) AS status,
+                arg_max(p.commit_url, p.published_at) AS commit_url,
+                strftime(max(p.published_at), '%Y-%m-%d %H:%M') AS published_at
+            FROM publications p
+            JOIN (SELECT DISTINCT job_key, source, revision, exporter, opset_requested
+                  FROM results SEMI JOIN publications USING (job_key)) r USING (job_key)
+            GROUP BY ALL
+        )
+        SELECT m.id, p.repo_id, p.status, p.commit_url, p.published_at
+        FROM dash_models m JOIN published p ON p.source = m.source AND p.revision IS NOT DISTINCT FROM m.revision
+            AND p.exporter IS NOT DISTINCT FROM m.exporter AND p.opset_requested IS NOT DISTINCT FROM m.opset_requested
+        ORDER BY m.id
     """,
 }
 
@@ -142,11 +218,13 @@ def collect(con: Con, timer: Callable[[str, float], None] | None = None) -> dict
     # A literal run_seq lets DuckDB filter early; a scalar subquery there costs 50% more.
     (latest_seq,) = con.execute("SELECT coalesce(max(run_seq), 0) FROM runs").fetchall()[0]
     for name, sql in {**QUERIES, **DETAIL_QUERIES}.items():
-        params = {"latest_seq": latest_seq} if "$latest_seq" in sql else None
-        data[name] = _timed(name, lambda sql=sql, params=params: _records(con, sql, params), timer)
+        data[name] = _timed(name, lambda sql=sql: _records(con, sql), timer)
+    data["regressions"] = _timed("regressions", lambda: regression_rows(con, latest_seq, latest_seq,
+                                                                          limit=MAX_REGRESSIONS), timer)
     data["headline"] = data["headline"][0]
     data["model_count"] = next(iter(data["model_count"][0].values()))
     data["model_cap"] = MODEL_CAP
+    data["variants"] = list(VARIANTS)
     return data
 
 
@@ -158,7 +236,7 @@ def _timed(name: str, fn: Callable[[], Any], timer: Callable[[str, float], None]
     return out
 
 
-def _records(con: Con, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    cur = con.execute(sql, params) if params else con.execute(sql)
+def _records(con: Con, sql: str) -> list[dict[str, Any]]:
+    cur = con.execute(sql)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row)) for row in cur.fetchall()]

@@ -11,6 +11,7 @@ import functools
 import http.server
 import json
 import math
+import re
 import shutil
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -22,8 +23,11 @@ from .data import collect
 
 ASSETS = Path(__file__).with_name("assets")
 CHUNK = 200
+_MARKER = re.compile(r"/\*(CSS|DATA|JS)\*/")
+_UNSAFE = {ord(c): f"\\u{ord(c):04x}" for c in "<>&"}
 DETAIL_KEYS = {"detail_variants": "variants", "detail_outputs": "outputs", "detail_census": "census",
-               "detail_stages": "stages"}
+               "detail_stages": "stages", "detail_history": "history", "detail_publication": "publication"}
+_ONE_ROW = ("stages", "publication")  # one row per model; the others are lists
 
 
 def build_site(db: str | Path, out_dir: str | Path, *, timer: Callable[[str, float], None] | None = None) -> Path:
@@ -40,13 +44,23 @@ def build_site(db: str | Path, out_dir: str | Path, *, timer: Callable[[str, flo
         (out / "details" / f"chunk-{chunk}.js").write_text(f"ZOO.details({_js(models)});\n")
     data["generated_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     data["chunk"] = CHUNK
-    page = (ASSETS / "page.html").read_text()
-    page = page.replace("/*CSS*/", (ASSETS / "dashboard.css").read_text())
-    page = page.replace("/*DATA*/", "const DATA = " + _js(data) + ";")
-    page = page.replace("/*JS*/", (ASSETS / "dashboard.js").read_text())
     index = out / "index.html"
-    index.write_text(page)
+    index.write_text(render_page(data))
     return index
+
+
+def render_page(data: dict[str, Any]) -> str:
+    """The page template with its CSS, data and JS filled in.
+
+    One pass over the template: text put in is never scanned for markers again,
+    so a model called ``/*JS*/`` stays a name.
+    """
+    parts = {
+        "CSS": (ASSETS / "dashboard.css").read_text(),
+        "DATA": _js(data),
+        "JS": (ASSETS / "dashboard.js").read_text(),
+    }
+    return _MARKER.sub(lambda m: parts[m.group(1)], (ASSETS / "page.html").read_text())
 
 
 def serve(out_dir: str | Path, *, port: int = 8000) -> http.server.ThreadingHTTPServer:
@@ -56,22 +70,29 @@ def serve(out_dir: str | Path, *, port: int = 8000) -> http.server.ThreadingHTTP
 
 
 def _split_details(data: dict[str, Any]) -> dict[int, dict[int, dict[str, Any]]]:
-    """Move the detail rows out of ``data`` into {chunk: {model id: {variants, outputs, census, stages}}}."""
+    """Move the detail rows out of ``data`` into {chunk: {model id: {variants, outputs, census, stages, ...}}}."""
     chunks: dict[int, dict[int, dict[str, Any]]] = {}
     for query, key in DETAIL_KEYS.items():
         for row in data.pop(query):
             model_id = row.pop("id")
             model = chunks.setdefault(model_id // CHUNK, {}).setdefault(model_id, {})
-            if key in ("census", "stages"):
-                model[key] = row["ops"] if key == "census" else row
+            if key == "census":
+                model[key] = row["ops"]
+            elif key in _ONE_ROW:
+                model[key] = row
             else:
                 model.setdefault(key, []).append(row)
     return chunks
 
 
 def _js(obj: Any) -> str:
-    """A JS literal; '</' is escaped so embedded text cannot close the script tag."""
-    return json.dumps(_clean(obj), default=str, separators=(",", ":")).replace("</", "<\\/")
+    """JSON in which no character can end or open markup (``</script>``, ``<!--``) wherever it is embedded.
+
+    ``<``, ``>`` and ``&`` become ``\\u`` escapes, which JSON.parse and JS read back as
+    the same characters (everything outside ASCII is escaped by json.dumps already).
+    """
+    text = json.dumps(_clean(obj), default=str, separators=(",", ":"))
+    return text.translate(_UNSAFE)
 
 
 def _clean(obj: Any) -> Any:

@@ -3,21 +3,28 @@
     fetch     ManifestEntry            -> Checkpoint
     export    Checkpoint               -> ExportedModel      (onnx/model.onnx, ...)
     check     ExportedModel            -> details            (onnx.checker + shape inference)
-    optimize  ExportedModel            -> {variant: Artifact} (fp32 optimized, fp16, int8)
-    verify    ExportedModel, Artifact  -> Verification       (ORT vs PyTorch at >= 2 shapes)
+    optimize  ExportedModel            -> {variant: Artifact} (fp32 optimized, fp16, int8, uint8, q4)
+    verify    ExportedModel, Artifact  -> (OutputCheck, ...)  (ORT vs PyTorch at >= 2 shapes)
     benchmark ExportedModel, Artifact  -> Latency            (ORT and PyTorch eager p50/p90)
 
-These objects live inside one process (they hold torch modules and optimum
-configs); what survives the process is the ``records.ConversionResult``.
+No stage imports another: what several share lives a layer below, in
+:mod:`zoo_convert.onnx_graph` (graphs on disk) and :mod:`zoo_convert.runtime`
+(sessions, inputs, the PyTorch reference). These objects live inside one process
+(they hold torch modules and optimum configs); what survives the process is the
+``records.ConversionResult``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..records import OutputCheck
+from ..runtime import ModuleState, RuntimeCache
+
+if TYPE_CHECKING:
+    import torch
+    from optimum.exporters.onnx import OnnxConfig
 
 
 @dataclass(frozen=True)
@@ -53,12 +60,15 @@ class Component:
         onnx_config: optimum's OnnxConfig for this component (input/output names,
             dynamic axes, dummy input generators); both exporters set it.
         torch_module: the PyTorch module (patched as for export) that this graph mirrors.
+        as_loaded: the loaded model's state before the export ran it, put back before
+            every reference forward (shared by the components of one model).
     """
 
     name: str
     path: Path
-    onnx_config: Any = None
-    torch_module: Any = None
+    onnx_config: OnnxConfig | None = None
+    torch_module: torch.nn.Module | None = None
+    as_loaded: ModuleState | None = None
 
 
 @dataclass
@@ -72,7 +82,7 @@ class ExportedModel:
         opset / ir_version / node_count / op_census: facts read from the fp32 graph(s).
         files: relative path -> size in bytes of every file written under onnx/.
         details: exporter specifics worth recording.
-        cache: verify/benchmark memo (ORT sessions, inputs, PyTorch outputs); never recorded.
+        cache: what verify and benchmark share (ORT sessions, inputs, PyTorch outputs); never recorded.
     """
 
     checkpoint: Checkpoint
@@ -84,7 +94,7 @@ class ExportedModel:
     op_census: dict[str, int]
     files: dict[str, int] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    cache: RuntimeCache = field(default_factory=RuntimeCache, repr=False, compare=False)
 
 
 @dataclass
@@ -92,39 +102,23 @@ class Artifact:
     """One variant's ONNX files, one per component.
 
     Attributes:
-        variant: fp32, fp16 or int8.
+        variant: one of records.VARIANTS.
         files: component name -> path of that component's graph in this variant.
-        details: how it was made (fusion statistics, ``fusion_applied``, quantization mode).
+        details: how it was made (fusion statistics, ``fusion_applied``, quantization mode);
+            ``error`` and ``failure_kind`` when it could not be made.
+        traceback: where making it failed, for a failure that is a bug of ours.
     """
 
     variant: str
     files: dict[str, Path]
     details: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
 
     @property
     def size_bytes(self) -> int:
-        total = 0
-        for p in self.files.values():
-            total += p.stat().st_size
-            data = p.with_name(p.name + "_data")
-            if data.exists():
-                total += data.stat().st_size
-        return total
+        from .. import onnx_graph  # onnx is for the workers: the farm driver imports this module too
 
-
-@dataclass(frozen=True)
-class Verification:
-    """ORT vs PyTorch for one variant.
-
-    Attributes:
-        passed: every output at every shape met the variant's tolerance.
-        checks: per output and shape numbers.
-        message: why it failed, naming the worst output (None when passed).
-    """
-
-    passed: bool
-    checks: tuple[OutputCheck, ...]
-    message: str | None = None
+        return sum(onnx_graph.disk_size(p) for p in self.files.values())
 
 
 @dataclass(frozen=True)

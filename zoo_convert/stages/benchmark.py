@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import BenchmarkError, ZooConvertError
+from ..errors import BenchmarkError, ZooConvertError, is_our_bug
 from ..records import Settings
-from . import Artifact, ExportedModel, Latency
-from .verify import cases, feed_for, ort_session, torch_threads
+from ..runtime import Branch, Case, cases, feed_for, session_for, torch_threads
+from . import Artifact, Component, ExportedModel, Latency
+
+if TYPE_CHECKING:
+    from onnxruntime import InferenceSession
 
 BENCH_BATCH = 1
 BENCH_SEQUENCE = 128
@@ -36,11 +39,12 @@ def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -
     PyTorch runs eager under ``torch.inference_mode`` with the same thread count as ORT.
     """
     try:
-        steps = []
+        steps: list[_Step] = []
         for comp in exported.components:
-            # The last case is the cache branch of a merged decoder, the only case otherwise.
-            case = cases(exported, comp, BENCH_BATCH, BENCH_SEQUENCE, settings, audio_samples=BENCH_AUDIO_SAMPLES)[-1]
-            session = ort_session(exported, artifact, comp, settings)
+            found = cases(exported, comp, BENCH_BATCH, BENCH_SEQUENCE, settings, audio_samples=BENCH_AUDIO_SAMPLES)
+            # A merged decoder is timed on its cache branch: one step after the prompt.
+            case = found[Branch.CACHE] if Branch.CACHE in found else found[Branch.WHOLE]
+            session = session_for(exported, artifact, comp, settings)
             steps.append((comp, case, session, feed_for(session, case, comp)))
 
         def run_ort() -> None:
@@ -52,6 +56,8 @@ def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -
     except ZooConvertError as exc:
         raise BenchmarkError(exc.message) from exc
     except Exception as exc:  # noqa: BLE001 - any runtime failure while timing is a benchmark error
+        if is_our_bug(exc):
+            raise
         raise BenchmarkError(f"{type(exc).__name__}: {exc}") from exc
     return Latency(
         ort_p50_ms=_pct(ort_ms, 50),
@@ -61,13 +67,22 @@ def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -
     )
 
 
-def _torch_timings(steps: list[tuple[Any, Any, Any, Any]], settings: Settings) -> list[float]:
+# One component's part of a timed iteration: its inputs, its session and its feed.
+_Step = tuple[Component, Case, "InferenceSession", dict[str, np.ndarray]]
+
+
+def _torch_timings(steps: list[_Step], settings: Settings) -> list[float]:
     """PyTorch eager over the same components, patched as for export (tuple caches in, same outputs).
 
     Each component is patched only around its own call: the patchers of an
     encoder and of the whole seq2seq model that contains it cannot be nested.
+    Timed as loaded: verify's shorter inputs may have switched a model's mode.
     """
     import torch
+
+    for comp, _, _, _ in steps:
+        if comp.as_loaded is not None:
+            comp.as_loaded.restore()
 
     def run_torch() -> None:
         for comp, case, _, _ in steps:

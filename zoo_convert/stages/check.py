@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import onnx_graph
 from ..errors import CheckError
 from . import ExportedModel
 
@@ -38,16 +39,6 @@ def _inferred_value_infos(path: Path) -> int:
             onnx.shape_inference.infer_shapes_path(str(path), tmp.name, check_type=True, strict_mode=True)
         except Exception as exc:  # noqa: BLE001 - inference errors surface as several types
             raise CheckError(f"{path.stem}: shape inference failed: {exc}") from exc
-        inferred = onnx.load(tmp.name, load_external_data=False)
-    return _count_value_infos(inferred.graph)
-
-
-def _count_value_infos(graph: Any) -> int:
-    """Value infos of a graph and its If/Loop subgraphs (a merged decoder lives in an If)."""
-    total = len(graph.value_info)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                total += _count_value_infos(attr.g)
-            total += sum(_count_value_infos(g) for g in attr.graphs)
-    return total
+        inferred = onnx_graph.load(Path(tmp.name))
+    # A merged decoder keeps its layers in If branches: count theirs too.
+    return sum(len(graph.value_info) for graph in onnx_graph.graphs(inferred.graph))

@@ -21,38 +21,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError, FailureKind
-from ..records import ManifestEntry, Settings
+from .. import onnx_graph
+from ..errors import ExportError, FailureKind, is_our_bug
+from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
+from ..runtime import ModuleState, shape_kwargs
+from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
-# Files beside the weights that a runtime needs to preprocess inputs or generate.
-_SIDE_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
-    "tokenizer.model",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "feature_extractor_config.json",
-    "image_processor_config.json",
-    "chat_template.jinja",
-)
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
     """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
+        raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)
@@ -68,12 +52,17 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
+        if is_our_bug(exc):
+            raise
         raise ExportError(f"{type(exc).__name__}: {exc}") from exc
     weights = _param_bytes(components)
     if weights > settings.external_data_threshold:
         for comp in components:
             _externalize(comp.path)
-    _copy_side_files(ckpt.path, Path(out_dir))
+    _copy_side_files(ckpt.path, sides, Path(out_dir))
+    modules, left_out = sentence_transformers_files(ckpt.path)
+    if modules:
+        details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
 
 
@@ -169,12 +158,13 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     )
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
+    as_loaded = ModuleState(model)
     export_models(
         models_and_onnx_configs=models_and_configs,
         output_dir=onnx_dir,
         opset=opset,
         output_names=subpaths,
-        input_shapes={**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)},
+        input_shapes={**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)},
         device="cpu",
         dtype="fp32",
     )
@@ -186,13 +176,20 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         by_file[str(sub)] = (module, config)
     if "decoder_model_merged.onnx" in by_file:
         for name in _UNMERGED:
-            (onnx_dir / name).unlink(missing_ok=True)
-            (onnx_dir / f"{name}_data").unlink(missing_ok=True)
+            onnx_graph.delete(onnx_dir / name)
     components = [
-        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module)
+        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
         for sub, (module, config) in by_file.items()
     ]
     return components, {"exporter": "optimum"}
+
+
+def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
+    """optimum's default dummy shapes as this checkpoint's processor and config have them (filterbank frames)."""
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+
+    batch, seq = DEFAULT_DUMMY_SHAPES["batch_size"], DEFAULT_DUMMY_SHAPES["sequence_length"]
+    return shape_kwargs(ckpt.path, config, batch, seq, DEFAULT_DUMMY_SHAPES["audio_sequence_length"])
 
 
 def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
@@ -227,6 +224,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         for n in names
     }
     path = onnx_dir / "model.onnx"
+    as_loaded = ModuleState(model)
     with torch.no_grad(), config.patch_model_for_export(model):
         program = torch.onnx.export(
             model,
@@ -240,27 +238,8 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             external_data=False,
         )
     program.save(str(path), external_data=False)
-    return [Component(name="model", path=path, onnx_config=config, torch_module=model)], {"exporter": "torch"}
-
-
-def processor_shapes(folder: Path) -> dict[str, int]:
-    """Dummy-input shapes the checkpoint's processor config fixes (image size, mel frames and bins)."""
-    import json
-
-    path = Path(folder) / "preprocessor_config.json"
-    if not path.is_file():
-        return {}
-    conf = json.loads(path.read_text())
-    shapes = {k: conf[k] for k in ("nb_max_frames", "feature_size") if isinstance(conf.get(k), int)}
-    size = conf.get("crop_size") if conf.get("do_center_crop") else None
-    size = size or conf.get("size")
-    if isinstance(size, int):
-        shapes.update(height=size, width=size)
-    elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
-        shapes.update(height=size["height"], width=size["width"])
-    elif isinstance(size, dict) and isinstance(size.get("shortest_edge"), int):
-        shapes.update(height=size["shortest_edge"], width=size["shortest_edge"])
-    return shapes
+    component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
+    return [component], {"exporter": "torch"}
 
 
 def _param_bytes(components: list[Component]) -> int:
@@ -275,39 +254,52 @@ def _param_bytes(components: list[Component]) -> int:
 
 
 def _externalize(path: Path) -> None:
-    """Move the graph's weights into ``<name>_data`` beside it (the layout ORT and transformers.js expect)."""
+    """Move the graph's weights into external data beside it (the layout ORT and transformers.js expect)."""
     import onnx
     from onnx.external_data_helper import uses_external_data
 
-    if any(uses_external_data(t) for t in onnx.load(str(path), load_external_data=False).graph.initializer):
+    if any(uses_external_data(t) for t in onnx_graph.load(path).graph.initializer):
         return  # the exporter already wrote external data (graphs over 2 GB)
-    model = onnx.load(str(path), load_external_data=True)
-    data = path.with_name(path.name + "_data")
-    data.unlink(missing_ok=True)
-    # size_threshold=1024 keeps small constants inline; some ops dislike external scalars.
-    onnx.save_model(
-        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name, size_threshold=1024
-    )
+    onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
 
 
-def _copy_side_files(src: Path, out_dir: Path) -> None:
+def _copy_side_files(src: Path, sides: list[Path], out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
-    for name in _SIDE_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, out_dir / name)
+    for path in sides:
+        dest = out_dir / path.relative_to(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)  # sentence-transformers module folders
+        dest.unlink(missing_ok=True)
+        shutil.copyfile(path, dest)  # the contents only: set_modes gives every artifact one mode
+
+
+def set_modes(out_dir: Path) -> None:
+    """Every artifact file gets mode 0644 less the umask (onnx writes external data 0600, copies kept any mode)."""
+    mode = 0o644 & ~_umask()
+    for path in Path(out_dir).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for other threads meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:
     """Read opset, IR version, node count and op census from the written graphs."""
-    import onnx
-
     census: Counter[str] = Counter()
     opset = ir_version = 0
     for comp in components:
-        graph = onnx.load(str(comp.path), load_external_data=False)
-        ir_version = max(ir_version, graph.ir_version)
-        opset = max(opset, next((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), 0))
-        census.update(_op_types(graph.graph))
+        model = onnx_graph.load(comp.path)
+        ir_version = max(ir_version, model.ir_version)
+        opset = max(opset, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
+        census.update(onnx_graph.op_census(model.graph))
     files = {
         str(p.relative_to(out_dir)): p.stat().st_size for p in sorted((out_dir / "onnx").rglob("*")) if p.is_file()
     }
@@ -322,16 +314,3 @@ def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], deta
         files=files,
         details=details,
     )
-
-
-def _op_types(graph: Any) -> Counter[str]:
-    """Op types of a graph including its If/Loop subgraphs (a merged decoder keeps both branches there)."""
-    counts: Counter[str] = Counter()
-    for node in graph.node:
-        counts[node.op_type] += 1
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                counts.update(_op_types(attr.g))
-            for sub in attr.graphs:
-                counts.update(_op_types(sub))
-    return counts

@@ -6,7 +6,14 @@ the token comes from ``HF_TOKEN`` or the huggingface_hub login, read by the
 client itself). Safetensors are preferred; pickle-only weights and checkpoints
 that need remote code are refused unless the entry allows them.
 
-Only light imports at module level: the farm driver calls :func:`resolve_revision`
+Planning resolves a hub id once (:func:`hub_snapshot`: the commit and its file
+list, one API request) and hands the result to the job on the entry, so the job
+asks the Hub nothing more and downloads only the files an export needs, by
+commit: files already in the cache cost no request at all. The farm brings them
+in before the job starts (:func:`download`, under the cluster's Hub budget), so
+the job's own fetch finds everything on disk.
+
+Only light imports at module level: the farm driver calls :func:`hub_snapshot`
 to build cache keys without paying for torch.
 """
 
@@ -14,15 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
+import logging
+import stat
 import struct
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
-from ..records import ManifestEntry, Settings
+from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
+from ..records import HubSnapshot, ManifestEntry, Settings
+from ..sources import is_hub_id, is_local, side_files
 from . import Checkpoint
+
+log = logging.getLogger(__name__)
 
 SAFE_WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -30,7 +40,8 @@ PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
 
 _PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+# The safetensors format's own limit; a longer header is corrupt, and not worth reading into memory.
+_MAX_SAFETENSORS_HEADER = 100 * 1024**2
 
 
 def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
@@ -39,9 +50,11 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
         path = Path(entry.source).expanduser()
         if not path.is_dir():
             raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
+        side_files(path)  # refused before a byte of it is read: a side file linked out of the checkpoint
         resolved = folder_hash(path)
     else:
-        path, resolved = _download(entry, settings)
+        path, resolved = download(entry, settings)
+        side_files(path)
     return _vet(path, resolved, entry)
 
 
@@ -54,17 +67,54 @@ def resolve_revision(entry: ManifestEntry, settings: Settings) -> str:
         return folder_hash(path)
     if settings.offline:
         return _cached(entry, settings).name
-    return _hub_call(lambda api: api.model_info(entry.source, revision=entry.revision).sha, entry, settings)
+    return hub_snapshot(entry, settings).sha
 
 
-def is_local(source: str) -> bool:
-    """A source is a local folder when it exists or is spelled as an absolute path, else a hub id."""
-    return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", "./", "~"))
+def hub_snapshot(entry: ManifestEntry, settings: Settings) -> HubSnapshot:
+    """The commit the entry's revision points at and the files in it: one API request."""
+    info = _hub_call(
+        lambda api: api.model_info(entry.source, revision=entry.revision, timeout=settings.hub_timeout_s),
+        entry,
+        settings,
+    )
+    return HubSnapshot(sha=info.sha, files=tuple(s.rfilename for s in info.siblings or ()))
+
+
+def list_snapshots(owner: str, wanted: set[str], settings: Settings) -> dict[str, HubSnapshot]:
+    """Default-branch snapshots of the ``wanted`` hub ids of one owner, read from the owner's model listing.
+
+    One request per page of the listing instead of one per model. It stops once it has
+    them all, or when the pages read outnumber the ids found (a big owner with few of
+    them), so listing costs at most one request more than asking for each; ids it did
+    not find are left to :func:`hub_snapshot`, and an error returns what was found so far.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    todo = {w.lower(): w for w in wanted}
+    found: dict[str, HubSnapshot] = {}
+    url: str | None = f"{(settings.hf_endpoint or constants.ENDPOINT).rstrip('/')}/api/models"
+    params: dict[str, Any] | None = {"author": owner, "expand": ["sha", "siblings"]}
+    pages = 0
+    try:
+        while url and todo and pages <= len(found):
+            response = get_session().get(url, params=params, headers=build_hf_headers(), timeout=settings.hub_timeout_s)
+            hf_raise_for_status(response)
+            pages += 1
+            for item in response.json():
+                source = todo.pop(str(item.get("id", "")).lower(), None)
+                if source is not None and item.get("sha") and isinstance(item.get("siblings"), list):
+                    files = tuple(s["rfilename"] for s in item["siblings"])
+                    found[source] = HubSnapshot(sha=item["sha"], files=files)
+            url, params = response.links.get("next", {}).get("url"), None  # the next link carries the query
+    except Exception as exc:  # noqa: BLE001 - a listing is only a shortcut; model_info asks again
+        log.info("listing the models of %s stopped after %d page(s): %s: %s", owner, pages, type(exc).__name__, exc)
+    return found
 
 
 def validate_repo_id(source: str) -> None:
     """Refuse ids that could escape the cache or smuggle a path: ``..``, absolute paths, odd characters."""
-    if ".." in source or "--" in source or source.endswith(".git") or not _HUB_ID.match(source):
+    if not is_hub_id(source):
         raise UnsafeCheckpointError(
             f"{source!r} is neither an existing folder nor a valid hub repo id ('name' or 'org/name' of "
             "letters, digits, '-', '_', '.', without '..' or '--')"
@@ -74,15 +124,20 @@ def validate_repo_id(source: str) -> None:
 def folder_hash(path: Path) -> str:
     """Content hash of every file under ``path`` (names and bytes), stable across machines."""
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = f.relative_to(path).as_posix()
-        if rel.startswith(".cache/") or "/." in f"/{rel}":
-            continue
-        h.update(rel.encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\0")
+    current = path
+    try:
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            rel = f.relative_to(path).as_posix()
+            if rel.startswith(".cache/") or "/." in f"/{rel}":
+                continue
+            current = f
+            h.update(rel.encode() + b"\0")
+            with f.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+    except OSError as exc:  # unreadable, or a link to something that is no file (/proc/self/mem)
+        raise FetchError(f"{path}: cannot read {exc.filename or current}: {exc.strerror or exc}") from exc
     return "sha256:" + h.hexdigest()
 
 
@@ -101,36 +156,56 @@ def _cached(entry: ManifestEntry, settings: Settings) -> Path:
     )
 
 
-def _download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
-    if settings.offline:  # no model_info call: the cache alone says which commit we have
+def download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
+    """Bring what an export needs of a hub checkpoint into the cache; returns its snapshot folder and commit sha.
+
+    Uses the entry's :class:`HubSnapshot` when planning resolved it (no API request), and
+    downloads by commit sha, so a file already in the cache costs no request.
+    """
+    if settings.offline:  # no request: the cache alone says which commit we have
         path = _cached(entry, settings)
         return path, path.name
-    info = _hub_call(lambda api: api.model_info(entry.source, revision=entry.revision), entry, settings)
-    names = [s.rfilename for s in info.siblings or ()]
-    has_safe = any(n.endswith(".safetensors") for n in names)
-    has_pickle = any(n.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")) for n in names)
-    if not has_safe and has_pickle and not entry.allow_pickle:
+    snap = entry.snapshot or hub_snapshot(entry, settings)
+    has_safe = any(n.endswith(".safetensors") for n in snap.files)
+    pickled = [n for n in snap.files if n.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl"))]
+    if not has_safe and pickled and not entry.allow_pickle:
         raise UnsafeCheckpointError(
-            f"{entry.source}@{info.sha[:12]} has only pickle weights ({', '.join(n for n in names if n.endswith('.bin'))}); "
+            f"{entry.source}@{snap.sha[:12]} has only pickle weights ({', '.join(pickled)}); "
             "loading them can run arbitrary code — set allow_pickle to accept them"
         )
-    patterns = list(SIDE_FILES) + list(SAFE_WEIGHTS if has_safe else PICKLE_WEIGHTS)
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import filter_repo_objects
 
-    # By the asked revision, so the cache learns the ref for offline runs; the snapshot
-    # folder is named by the commit it holds, which is what we record.
-    local = _hub_call(
-        lambda api: snapshot_download(
-            entry.source,
-            revision=entry.revision,
-            allow_patterns=patterns,
-            cache_dir=settings.hf_cache,
-            endpoint=settings.hf_endpoint,
-        ),
-        entry,
-        settings,
-    )
-    return Path(local), Path(local).name
+    wanted = list(filter_repo_objects(snap.files, allow_patterns=[*SIDE_FILES, *(SAFE_WEIGHTS if has_safe else PICKLE_WEIGHTS)]))
+    if "config.json" not in wanted:
+        raise FetchError(f"{entry.source}@{snap.sha[:12]}: no config.json in the repo — not a transformers checkpoint")
+
+    def get_all(api: Any) -> Path:
+        paths = {
+            name: hf_hub_download(
+                entry.source,
+                name,
+                revision=snap.sha,
+                cache_dir=settings.hf_cache,
+                endpoint=settings.hf_endpoint,
+                etag_timeout=settings.hub_timeout_s,
+            )
+            for name in wanted
+        }
+        return Path(paths["config.json"]).parent
+
+    folder = _hub_call(get_all, entry, settings)
+    _remember_ref(folder, entry.revision or "main", snap.sha)
+    return folder, snap.sha
+
+
+def _remember_ref(snapshot_folder: Path, revision: str, sha: str) -> None:
+    """Record ``revision -> sha`` in the cache (``refs/<revision>``), as snapshot_download would, for offline runs."""
+    if revision == sha:
+        return
+    ref = snapshot_folder.parents[1] / "refs" / revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(sha)
 
 
 def _hub_call(fn: Any, entry: ManifestEntry, settings: Settings) -> Any:
@@ -151,15 +226,15 @@ def _hub_call(fn: Any, entry: ManifestEntry, settings: Settings) -> Any:
     try:
         return fn(HfApi(endpoint=settings.hf_endpoint))
     except (RepositoryNotFoundError, RevisionNotFoundError, GatedRepoError) as exc:
-        raise FetchError(f"{where}: {_first_line(exc)}", kind=FailureKind.FETCH_NOT_FOUND) from exc
+        raise FetchError(f"{where}: {first_line(exc)}", kind=FailureKind.FETCH_NOT_FOUND) from exc
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
-        raise FetchError(f"{where}: not in the local cache and offline: {_first_line(exc)}") from exc
+        raise FetchError(f"{where}: not in the local cache and offline: {first_line(exc)}") from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         kind = FailureKind.FETCH_TRANSIENT if status in (None, 408, 429) or (status or 0) >= 500 else FailureKind.FETCH_ERROR
-        raise FetchError(f"{where}: HTTP {status}: {_first_line(exc)}", kind=kind) from exc
+        raise FetchError(f"{where}: HTTP {status}: {first_line(exc)}", kind=kind) from exc
     except (requests.ConnectionError, requests.Timeout, OSError) as exc:
-        raise FetchError(f"{where}: network error: {_first_line(exc)}", kind=FailureKind.FETCH_TRANSIENT) from exc
+        raise FetchError(f"{where}: network error: {first_line(exc)}", kind=FailureKind.FETCH_TRANSIENT) from exc
 
 
 def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
@@ -168,8 +243,11 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder")
     try:
         config = json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FetchError(f"{entry.source}: config.json is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise FetchError(f"{entry.source}: cannot read config.json: {exc.strerror or exc}") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
+        raise FetchError(f"{entry.source}: config.json is not valid JSON: {type(exc).__name__}: {exc}") from exc
+    _check_config(config, entry)
     library = _library(path, config)
     model_type = config.get("model_type") or config.get("architecture") or ""
     if config.get("auto_map") and not entry.allow_remote_code:
@@ -190,6 +268,17 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         config=config,
         trust_remote_code=entry.allow_remote_code,
     )
+
+
+def _check_config(config: Any, entry: ManifestEntry) -> None:
+    """The fields fetch reads have the types transformers gives them, or the checkpoint is broken."""
+    if not isinstance(config, dict):
+        raise FetchError(f"{entry.source}: config.json holds a JSON {type(config).__name__}, not an object")
+    for key, want in (("model_type", str), ("architecture", str), ("architectures", list), ("auto_map", dict)):
+        if config.get(key) is not None and not isinstance(config[key], want):
+            raise FetchError(f"{entry.source}: config.json: {key} is a JSON {type(config[key]).__name__}, not a {want.__name__}")
+    if not all(isinstance(a, str) for a in config.get("architectures") or ()):
+        raise FetchError(f"{entry.source}: config.json: architectures holds something other than names")
 
 
 def _library(path: Path, config: dict[str, Any]) -> str:
@@ -232,21 +321,50 @@ def _check_weights(path: Path, entry: ManifestEntry) -> None:
 
 def _check_safetensors(file: Path, entry: ManifestEntry) -> None:
     """Catch truncated or corrupt files before torch does, with a message that says which."""
-    size = file.stat().st_size
-    with file.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise FetchError(f"{entry.source}: {file.name} is truncated ({size} bytes, no header)")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise FetchError(f"{entry.source}: {file.name} is truncated (header of {n} bytes, file of {size})")
-        try:
-            header = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {exc}") from exc
-    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    try:
+        st = file.stat()
+        if not stat.S_ISREG(st.st_mode):  # checked before opening: opening a FIFO would wait for ever
+            raise FetchError(f"{entry.source}: {file.name} is not a regular file")
+        size = st.st_size
+        with file.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise FetchError(f"{entry.source}: {file.name} is truncated ({size} bytes, no header)")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise FetchError(f"{entry.source}: {file.name} is truncated (header of {n} bytes, file of {size})")
+            if n > _MAX_SAFETENSORS_HEADER:
+                raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {n} bytes long")
+            raw = fh.read(n)
+    except OSError as exc:
+        raise FetchError(f"{entry.source}: cannot read {file.name}: {exc.strerror or exc}") from exc
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
+        raise FetchError(f"{entry.source}: {file.name} has a corrupt header: {type(exc).__name__}: {exc}") from exc
+    end = _tensors_end(header, f"{entry.source}: {file.name} has a corrupt header")
     if 8 + n + end != size:
         raise FetchError(f"{entry.source}: {file.name} is truncated: tensors need {8 + n + end} bytes, file has {size}")
+
+
+def _tensors_end(header: Any, corrupt: str) -> int:
+    """The end of the last tensor's bytes, from a header checked to be what the format says."""
+    if not isinstance(header, dict):
+        raise FetchError(f"{corrupt}: a JSON {type(header).__name__}, not an object")
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
+            raise FetchError(f"{corrupt}: tensor {name[:100]!r} has no valid data_offsets (two byte offsets)")
+        end = max(end, offsets[1])
+    return end
 
 
 def infer_task(config: dict[str, Any], model_type: str, library: str, source: str) -> str:
@@ -273,6 +391,3 @@ def infer_task(config: dict[str, Any], model_type: str, library: str, source: st
         return task
     return f"{task}-with-past" if f"{task}-with-past" in supported else task
 
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,4 +1,4 @@
-"""The optimize stage: fp32 optimized, fp16 and int8 variants of every exported graph.
+"""The optimize stage: fp32 optimized, fp16, int8, uint8 and q4 variants of every exported graph.
 
 Per component, in this order (it matters):
 
@@ -6,6 +6,9 @@ Per component, in this order (it matters):
          a graph already run through the transformers optimizer. Convs whose weight is
          computed (weight norm: wav2vec2's positional conv) stay float32, and so do the
          MatMuls that read a GELU's output (FFN down-projections): see ``_GELU_OPS``.
+         uint8 is the same with QUInt8 weights.
+   q4    4-bit block-wise weight-only quantization of the plain export's MatMuls
+         (``MatMulNBits``), as transformers.js's ``q4``: see :func:`_q4`.
 2. fp32  the onnxruntime transformers optimizer where the model type maps to one of
          its fusers; else, or when it fused nothing, broke the graph or changed its
          outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
@@ -15,6 +18,10 @@ Per component, in this order (it matters):
          ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
          or with ``--no-optimize``, the plain export converted the same way.
 4. the optimized fp32 graph replaces ``<component>.onnx``.
+
+Each variant's graph is written under its transformers.js name and hard-linked under the
+other names the same graph answers to (int8: ``model_quantized.onnx`` = ``model_int8.onnx``;
+:data:`~zoo_convert.records.JS_DTYPES`), so a second name costs no disk.
 
 Every candidate is written to a scratch folder and checked against the plain export
 in ONNX Runtime on generated inputs before it is moved into ``onnx/``; fp16 and int8
@@ -26,19 +33,24 @@ the others are measured against, raises :class:`OptimizeError`.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import tempfile
 import time
+import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from ..errors import FailureKind, OptimizeError
-from ..records import VARIANT_FILES, Settings
+from .. import onnx_graph
+from ..errors import FailureKind, OptimizeError, first_line, is_our_bug, storage_fault
+from ..records import Settings, variant_files
+from ..runtime import ort_session
 from . import Artifact, Component, ExportedModel
 
 # HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
@@ -69,7 +81,6 @@ FUSION_TYPES = {
     "whisper": "bart",
     "xlm-roberta": "bert",
 }
-_SUFFIX = {"fp32": "", "fp16": "_fp16", "int8": "_quantized"}
 # Contrib ops the fusers emit; fusion applied when the optimized graph has more of them.
 _FUSED_OPS = (
     "Attention",
@@ -97,9 +108,7 @@ _FUSED_OPS = (
 
 def variant_file(component: str, variant: str) -> str:
     """File name of one component's graph in one variant (``encoder_model_fp16.onnx``)."""
-    if component == "model":
-        return VARIANT_FILES[variant]
-    return f"{component}{_SUFFIX[variant]}.onnx"
+    return variant_files(component, variant)[0]
 
 
 def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Settings) -> dict[str, Artifact]:
@@ -113,6 +122,9 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
                 art = artifacts[variant]
                 art.details["components"][component.name] = details
                 if path is None:
+                    found = details.pop("traceback", None)  # kept on the artifact, not in the recorded details
+                    art.traceback = art.traceback or found
+                    art.details.setdefault("failure_kind", details["failure_kind"])
                     art.details.setdefault("error", f"{variant} of {component.name}: {details['error']}")
                 else:
                     art.files[component.name] = path
@@ -120,14 +132,16 @@ def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Setti
         if "error" in art.details:
             _discard(art)
         _summarize(art)
+        for component, path in art.files.items():
+            for alias in variant_files(component, art.variant)[1:]:
+                onnx_graph.link(path, path.with_name(alias))
     return artifacts
 
 
 def _discard(art: Artifact) -> None:
     """Remove a failed variant's other components: half a variant would only mislead a loader."""
     for path in art.files.values():
-        path.with_name(path.name + "_data").unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
+        onnx_graph.delete(path)
     art.files.clear()
 
 
@@ -136,20 +150,25 @@ def _component(
 ) -> dict[str, tuple[Path | None, dict[str, Any]]]:
     """All variants of one graph; the plain export is overwritten last."""
     plain = component.path
-    external = _disk_size(plain) > settings.external_data_threshold
+    external = onnx_graph.disk_size(plain) > settings.external_data_threshold
     made: dict[str, tuple[Path | None, dict[str, Any]]] = {}
     work = scratch / component.name
     work.mkdir()
     final = {v: plain.with_name(variant_file(component.name, v)) for v in variants}
 
-    if "int8" in variants:
-        made["int8"] = _guarded(lambda: _int8(plain, work / "int8.onnx", external))
+    for variant in ("int8", "uint8"):
+        if variant in variants:
+            made[variant] = _guarded(functools.partial(_int8, plain, work / f"{variant}.onnx", external, variant))
+    if "q4" in variants:
+        made["q4"] = _guarded(lambda: _q4(plain, work / "q4.onnx", external))
     if "fp32" in variants or "fp16" in variants:
         t0 = time.perf_counter()
         try:
             optimized, fp32_details = _fp32(exported, component, work, external, settings)
         except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
-            raise OptimizeError(f"fp32 of {component.name}: {_reason(exc)}") from exc
+            if is_our_bug(exc):
+                raise
+            raise OptimizeError(f"fp32 of {component.name}: {first_line(exc)}") from exc
         fp32_details["seconds"] = round(time.perf_counter() - t0, 3)
         if "fp32" in variants:
             made["fp32"] = (optimized, fp32_details)
@@ -160,7 +179,7 @@ def _component(
     placed: dict[str, tuple[Path | None, dict[str, Any]]] = {}
     for variant in variants:
         path, details = made[variant]
-        placed[variant] = (_place(path, final[variant], external) if path else None, details)
+        placed[variant] = (onnx_graph.move(path, final[variant], external=external) if path else None, details)
     return placed
 
 
@@ -170,23 +189,32 @@ def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | No
     try:
         path, details = make()
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is recorded, not raised
-        path, details = None, {"error": _reason(exc), "failure_kind": FailureKind.OPTIMIZE_ERROR.value}
+        if storage_fault(exc) is not None:
+            raise  # a full disk is no fault of this variant: the whole job is redone
+        kind = FailureKind.INTERNAL if is_our_bug(exc) else FailureKind.OPTIMIZE_ERROR
+        path, details = None, {"error": first_line(exc), "failure_kind": kind.value}
+        if kind is FailureKind.INTERNAL:
+            details["traceback"] = traceback.format_exc()
     details["seconds"] = round(time.perf_counter() - t0, 3)
     return path, details
 
 
-def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
-    """Dynamic int8 quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor)."""
+def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tuple[Path, dict[str, Any]]:
+    """Dynamic 8-bit quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor).
+
+    int8 has signed weights, uint8 unsigned ones; activations are uint8 in both (dynamic quantization has no other).
+    """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    graph = onnx.load(str(plain), load_external_data=False).graph
+    weight_type = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[variant]
+    graph = onnx_graph.load(plain).graph
     computed = _computed_weight_convs(graph)
     post_gelu = _post_gelu_matmuls(graph)
     quantize_dynamic(
         plain,
         out,
         per_channel=True,
-        weight_type=QuantType.QInt8,
+        weight_type=weight_type,
         nodes_to_exclude=computed + post_gelu,
         use_external_data_format=external,
         # Merged decoders keep their layers inside If branches.
@@ -200,11 +228,69 @@ def _int8(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]
     details: dict[str, Any] = {
         "quantization": "dynamic",
         "per_channel": True,
-        "weight_type": "QInt8",
+        "weight_type": weight_type.name,
         "quantized_ops": quantized,
         "float32_matmuls": len(post_gelu),
     }
     return out, {**details, "float32_convs": computed} if computed else details
+
+
+# transformers.js's q4 (its scripts/quantize.py): symmetric blocks of 32 weights, ORT's default accuracy level.
+Q4_BLOCK_SIZE = 32
+
+
+def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
+    """4-bit weight-only quantization of the plain export's MatMuls with a constant weight (``MatMulNBits``).
+
+    Weight-only: activations stay float32, so the GELU exclusion of int8 does not apply. The
+    plain export, not the fused one: the fusers fold the Q/K/V MatMuls into Attention nodes,
+    which MatMulNBits cannot reach. Gather (embeddings), Gemm and Conv weights stay float32.
+    """
+    with _quiet_root(), _quiet(_NBITS_MODULE):  # it logs every node it visits at INFO
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(plain)), bits=4, block_size=Q4_BLOCK_SIZE, is_symmetric=True)
+        quantizer.process()
+    onnx_graph.save(quantizer.model.model, out, external=external)
+    census = _census(out)
+    if not census["MatMulNBits"]:
+        raise OptimizeError("MatMulNBits quantized no MatMul (none has a constant weight)")
+    _load(out)
+    return out, {
+        "quantization": "weight-only",
+        "bits": 4,
+        "block_size": Q4_BLOCK_SIZE,
+        "symmetric": True,
+        "quantized_ops": {"MatMulNBits": census["MatMulNBits"]},
+        "float32_matmuls": census["MatMul"],
+    }
+
+
+_NBITS_MODULE = "onnxruntime.quantization.matmul_nbits_quantizer"
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Hold a library logger at WARNING or above for a while (its INFO lines would flood the job's log)."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(max(logging.WARNING, log.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet_root() -> Iterator[None]:
+    """Undo what importing the MatMulNBits quantizer does to the whole process: ``logging.basicConfig(level=INFO)``."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def _computed_weight_convs(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> list[str]:
@@ -214,9 +300,8 @@ def _computed_weight_convs(graph: onnx.GraphProto, outer: frozenset[str] = froze
     for node in graph.node:
         if node.op_type in ("Conv", "ConvTranspose") and node.input[1] not in stored:
             names.append(node.name)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                names.extend(_computed_weight_convs(sub, stored))
+        for _, sub in onnx_graph.subgraphs(node):
+            names.extend(_computed_weight_convs(sub, stored))
     return names
 
 
@@ -239,9 +324,8 @@ def _post_gelu_matmuls(graph: onnx.GraphProto, outer: dict[str, onnx.NodeProto] 
     for node in graph.node:
         if node.op_type == "MatMul" and _after_gelu(node.input[0], producers):
             names.append(node.name)
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                names.extend(_post_gelu_matmuls(sub, producers))
+        for _, sub in onnx_graph.subgraphs(node):
+            names.extend(_post_gelu_matmuls(sub, producers))
     return names
 
 
@@ -298,7 +382,9 @@ def _fp32(
             else:
                 return out, {**details, "method": "transformers_optimizer", "fusion_applied": True, "fused_ops": gained}
         except Exception as exc:  # noqa: BLE001 - a broken fuser falls back to ORT's own optimizer
-            notes.append(f"transformers optimizer ({fusion_type}) failed: {_reason(exc)}")
+            if is_our_bug(exc):
+                raise
+            notes.append(f"transformers optimizer ({fusion_type}) failed: {first_line(exc)}")
 
     out = _ort_offline(component.path, work / "offline.onnx", external)
     why = _mismatch(reference, _run(out, feeds, settings), tolerance)
@@ -323,7 +409,7 @@ def _fuse(plain: Path, out: Path, fusion_type: str, config: dict[str, Any], exte
         str(plain), model_type=fusion_type, num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=False
     )
     stats = {op: n for op, n in optimizer.get_fused_operator_statistics().items() if n}
-    _save(optimizer.model, out, external)
+    onnx_graph.save(optimizer.model, out, external=external)
     return out, stats
 
 
@@ -335,8 +421,12 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     opts.optimized_model_filepath = str(out)
     if external:
-        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", out.name + "_data")
-        opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        opts.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
+        )
+        opts.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", str(onnx_graph.EXTERNAL_MIN_BYTES)
+        )
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
     return out
 
@@ -344,17 +434,19 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
 def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
     if source == plain:  # fp32 is the plain export (--no-optimize, or nothing applied): no second try
-        _save(_to_fp16(plain), out, external)
+        onnx_graph.save(_to_fp16(plain), out, external=external)
         _load(out)
         return out, {"source": "plain export", "io": "keep_io_types"}
     try:
-        _save(_to_fp16(source), out, external)
+        onnx_graph.save(_to_fp16(source), out, external=external)
         _load(out)
         return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types"}
     except Exception as exc:  # noqa: BLE001 - retried below from the plain export
-        first = _reason(exc)
+        if is_our_bug(exc):
+            raise
+        first = first_line(exc)
     # ORT's converter cannot type ORT-optimized If branches (merged decoders): convert the plain export.
-    _save(_to_fp16(plain), out, external)
+    onnx_graph.save(_to_fp16(plain), out, external=external)
     _load(out)
     return out, {"source": "plain export", "io": "keep_io_types", "note": f"from the fp32 graph failed: {first}"}
 
@@ -384,34 +476,29 @@ def _unshadow_branch_outputs(graph: onnx.GraphProto, outer: frozenset[str] = fro
     names = outer | {v.name for v in [*graph.input, *graph.output, *graph.initializer]}
     names |= {o for node in graph.node for o in node.output}
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                made = {o: n for n in sub.node for o in n.output}
-                prefix = f"{node.name or node.op_type}/{attr.name}/"
-                renamed = {o.name: prefix + o.name for o in sub.output if o.name in names and o.name in made}
-                for n in sub.node:
-                    n.output[:] = [renamed.get(x, x) for x in n.output]
-                    n.input[:] = [renamed.get(x, x) for x in n.input]
-                for value in sub.value_info:
-                    value.name = renamed.get(value.name, value.name)
-                for out in sub.output:
-                    producer = made.get(out.name)
-                    out.name = renamed.get(out.name, out.name)
-                    if producer is not None and producer.op_type == "Constant":
-                        producer.output[0] = out.name + "/constant"
-                        sub.node.append(onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name]))
-                _unshadow_branch_outputs(sub, names)
+        for attr_name, sub in onnx_graph.subgraphs(node):
+            made = {o: n for n in sub.node for o in n.output}
+            prefix = f"{node.name or node.op_type}/{attr_name}/"
+            renamed = {o.name: prefix + o.name for o in sub.output if o.name in names and o.name in made}
+            for n in sub.node:
+                n.output[:] = [renamed.get(x, x) for x in n.output]
+                n.input[:] = [renamed.get(x, x) for x in n.input]
+            for value in sub.value_info:
+                value.name = renamed.get(value.name, value.name)
+            for out in sub.output:
+                producer = made.get(out.name)
+                out.name = renamed.get(out.name, out.name)
+                if producer is not None and producer.op_type == "Constant":
+                    producer.output[0] = out.name + "/constant"
+                    sub.node.append(onnx.helper.make_node("Identity", [out.name + "/constant"], [out.name]))
+            _unshadow_branch_outputs(sub, names)
 
 
 LOAD_TIMEOUT_S = 300.0
 
 
 def _open_session(path: str) -> None:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    ort_session(Path(path), threads=1)
 
 
 def _load(path: Path, open_session: Callable[[str], None] = _open_session) -> None:
@@ -483,14 +570,10 @@ def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int:
 
 def _feeds(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
     """Inputs for a plain-vs-candidate check, built from the graph's declared inputs and the config."""
-    model = onnx.load(str(path), load_external_data=False)
-    initializers = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(0)
     sizes = _dim_sizes(config)
     feeds: dict[str, np.ndarray] = {}
-    for inp in model.graph.input:
-        if inp.name in initializers:
-            continue
+    for inp in onnx_graph.inputs(path):
         tensor = inp.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else _dim(d.dim_param, sizes) for d in tensor.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
@@ -521,7 +604,9 @@ def _dim(name: str, sizes: dict[str, int]) -> int:
     return 3 if "past" in name else 5
 
 
-def _values(name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: Any) -> np.ndarray:
+def _values(
+    name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: np.random.Generator
+) -> np.ndarray:
     if dtype == np.bool_:
         return np.ones(shape, dtype=bool)  # use_cache_branch: take the with-past branch
     if np.issubdtype(dtype, np.integer):
@@ -535,13 +620,8 @@ def _values(name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any]
 
 def _run(path: Path, feeds: dict[str, np.ndarray], settings: Settings) -> list[np.ndarray] | None:
     """Outputs of one graph on the feeds; None when the plain graph itself cannot run them."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = settings.threads
     # Load without further optimization: the check is of the graph as written.
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = ort_session(path, threads=settings.threads, optimize=False)
     try:
         return session.run(None, feeds)
     except Exception:  # noqa: BLE001 - generated inputs don't fit every model; then only loading is checked
@@ -564,49 +644,11 @@ def _mismatch(reference: list[np.ndarray] | None, candidate: list[np.ndarray] | 
 
 
 def _census(path: Path) -> Counter[str]:
-    """Op type counts, including the branches of If and Loop nodes."""
-    counts: Counter[str] = Counter()
-    stack = [onnx.load(str(path), load_external_data=False).graph]
-    while stack:
-        graph = stack.pop()
-        for node in graph.node:
-            counts[node.op_type] += 1
-            for attr in node.attribute:
-                stack.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
-    return counts
+    return onnx_graph.op_census(onnx_graph.load(path).graph)
 
 
 def _gained(before: Counter[str], after: Counter[str]) -> dict[str, int]:
     return {op: after[op] - before[op] for op in _FUSED_OPS if after[op] > before[op]}
-
-
-def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
-    """Write a graph, weights in ``<name>_data`` beside it (optimum's and transformers.js' name) when large."""
-    data = path.with_name(path.name + "_data")
-    data.unlink(missing_ok=True)  # onnx appends to an existing data file
-    if external:
-        onnx.save_model(
-            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name
-        )
-    else:
-        onnx.save_model(model, str(path))
-
-
-def _place(src: Path, dst: Path, external: bool) -> Path:
-    """Move a finished graph into onnx/; external data is renamed, so it is rewritten."""
-    if src == dst:
-        return dst
-    if external:
-        _save(onnx.load(str(src)), dst, external=True)
-    else:
-        dst.with_name(dst.name + "_data").unlink(missing_ok=True)
-        os.replace(src, dst)
-    return dst
-
-
-def _disk_size(path: Path) -> int:
-    data = path.with_name(path.name + "_data")
-    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
 
 
 def _summarize(art: Artifact) -> None:
@@ -617,12 +659,9 @@ def _summarize(art: Artifact) -> None:
         art.details["fusion_applied"] = any(p.get("fusion_applied") for p in parts)
         art.details["fused_ops"] = dict(sum((Counter(p.get("fused_ops", {})) for p in parts), Counter()))
         art.details["methods"] = sorted({p["method"] for p in parts if "method" in p})
-    if art.variant == "int8":
-        art.details["quantization"] = "dynamic QInt8 per-channel"
+    if art.variant in ("int8", "uint8"):
+        art.details["quantization"] = f"dynamic {'QInt8' if art.variant == 'int8' else 'QUInt8'} per-channel"
+    if art.variant == "q4":
+        art.details["quantization"] = f"weight-only 4-bit MatMulNBits, symmetric blocks of {Q4_BLOCK_SIZE}"
     if "error" in art.details:
-        art.details["failure_kind"] = FailureKind.OPTIMIZE_ERROR.value
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:500]
+        art.details.setdefault("failure_kind", FailureKind.OPTIMIZE_ERROR.value)

@@ -16,20 +16,26 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import duckdb
 
-from ..errors import FailureKind, StoreError
+from ..errors import FailureKind, StoreError, UsageError
 from ..records import FAILED, ConversionResult, VariantResult
 from .schema import LATEST_VERSION, MIGRATIONS, SCHEMA_MIGRATIONS
 
+# DuckDB 2 writes a storage format no DuckDB 1.x can open. A new file is created in the
+# v1.0.0 format instead, which every DuckDB since 1.0 reads; later writes keep it.
+STORAGE_VERSION = "v1.0.0"
+
 JOB_STAGES = ("fetch", "export", "check", "optimize")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,99}")
 VARIANT_STAGES = ("verify", "benchmark")
 
 
@@ -67,6 +73,10 @@ class ResultStore:
         con = _open(self.path, self.read_only, self.lock_timeout_s)
         try:
             yield con
+        except duckdb.Error as exc:
+            if not _unreadable(exc):
+                raise
+            raise StoreError(_unreadable_message(self.path, exc)) from exc
         finally:
             con.close()
 
@@ -92,17 +102,45 @@ class ResultStore:
         versions: dict[str, str],
         resources: dict,
         settings: dict,
+        name: str | None = None,
     ) -> None:
-        """Register a run before its first result; a run id is used once."""
+        """Register a run before its first result; a run id is used once, and so is a name."""
         with self._transaction() as con:
             if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
                 raise StoreError(f"run {run_id!r} already exists")
+            if name is not None:
+                _check_run_name(con, name)
             (seq,) = con.execute("SELECT coalesce(max(run_seq), 0) + 1 FROM runs").fetchone()
             con.execute(
                 "INSERT INTO runs (run_id, run_seq, manifest, manifest_hash, versions, resources, settings,"
-                " started_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')",
-                [run_id, seq, manifest, manifest_hash, _map(versions), _json(resources), _json(settings), _utcnow()],
+                " started_at, status, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                [run_id, seq, manifest, manifest_hash, _map(versions), _json(resources), _json(settings), _utcnow(),
+                 name],
             )
+
+    def check_run_name(self, name: str) -> None:
+        """Raise UsageError unless ``name`` is a well-formed name no run uses yet (as a name or an id)."""
+        with self.connect() as con:
+            _check_run_name(con, name)
+
+    def find_run(self, ref: str) -> tuple[str, int] | None:
+        """The (run id, run seq) that ``ref`` names, by run name or run id; None when no run matches."""
+        with self.connect() as con:
+            row = con.execute(
+                "SELECT run_id, run_seq FROM runs WHERE name = $ref OR run_id = $ref ORDER BY name = $ref DESC LIMIT 1",
+                {"ref": ref},
+            ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def abandon_runs(self) -> list[str]:
+        """Mark every run still ``running`` as ``abandoned`` and return their ids.
+
+        Only for the holder of the run lock (store/lock.py): no other run is live then, so
+        such a run's driver was killed before it could say how the run ended.
+        """
+        with self._transaction() as con:
+            rows = con.execute("UPDATE runs SET status = 'abandoned' WHERE status = 'running' RETURNING run_id").fetchall()
+        return [r for (r,) in rows]
 
     def record(self, run_id: str, job_key: str, result: ConversionResult) -> None:
         """Write one job's result rows, verification rows and op census in one transaction."""
@@ -169,18 +207,44 @@ class ResultStore:
 
     def record_publication(self, row: dict[str, Any]) -> None:
         """Append one publish outcome (``publish.Publication.to_row()``) to ``publications``."""
+        self.record_publications([row])
+
+    def record_publications(self, rows: list[dict[str, Any]]) -> None:
+        """Append several publish outcomes in one transaction, their timestamps in the order given."""
+        now = _utcnow()
         with self._transaction() as con:
-            _insert(con, "publications", [{**row, "published_at": _utcnow()}])
+            _insert(con, "publications", [{**row, "published_at": now + timedelta(microseconds=i)} for i, row in enumerate(rows)])
 
     def terminal_keys(self, *, include_failed: bool = True) -> set[str]:
-        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed."""
+        """Job keys with a recorded result in any run; without failed ones, keys whose latest result passed.
+
+        A job whose latest result has a kind that is not terminal (a full disk, no GPU: the
+        machine's fault) is left out, so the next run redoes it.
+        """
+        redo = [k.value for k in FailureKind if not k.terminal]
         with self.connect() as con:
             rows = con.execute(
-                "SELECT job_key FROM results GROUP BY job_key"
-                " HAVING ? OR arg_max(job_status, job_seq) = 'passed'",
-                [include_failed],
+                "WITH r AS (SELECT job_key, job_seq, job_status,"
+                " list_contains(?, coalesce(failure_kind, '')) AS redo FROM results)"
+                " SELECT job_key FROM r GROUP BY job_key"
+                # the latest job's rows, one of them not terminal first: its redo decides
+                " HAVING (? OR arg_max(job_status, job_seq) = 'passed') AND NOT arg_max(redo, job_seq * 2 + redo::INT)",
+                [redo, include_failed],
             ).fetchall()
         return {k for (k,) in rows}
+
+    def timeouts(self) -> dict[str, float | None]:
+        """Job keys whose latest result is a ``timeout``, with the hard timeout it ran under (None: unknown).
+
+        Rows written before ``results.timeout_s`` existed fall back to their run's ``--timeout``.
+        """
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT job_key, arg_max(coalesce(r.timeout_s, TRY_CAST(runs.settings ->> '$.timeout_s' AS DOUBLE)), job_seq)"
+                " FROM results r JOIN runs USING (run_id) GROUP BY job_key"
+                " HAVING arg_max(failure_kind, job_seq) = 'timeout'"
+            ).fetchall()
+        return dict(rows)
 
 
     def last_durations(self) -> dict[tuple[str, str | None, int | None], float]:
@@ -220,6 +284,7 @@ def result_rows(
         **{f"{name}_s": s for name, s in job_seconds.items()},
         "peak_mem_mb": max(peaks) if peaks else None,
         "attempts": result.attempts,
+        "timeout_s": result.timeout_s,
         "node": result.node,
         "manifest_row": result.row,
         "tags": list(result.tags),
@@ -267,7 +332,7 @@ def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) ->
 def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, Any]:
     status, kind, stage, message = v.status, v.failure_kind, None, v.message
     if v.status == FAILED:
-        stage = _failed_stage(result, v)
+        stage = result.failed_stage(v)
     elif result.failure_kind and result.stage not in VARIANT_STAGES:
         # The job itself failed after this variant was made (a timeout, a crash): the cell did not make it.
         status, kind, stage, message = FAILED, result.failure_kind, result.stage, result.message
@@ -277,6 +342,8 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, An
         "failure_kind": kind,
         "stage": stage,
         "message": message,
+        # A variant that failed on its own keeps its traceback in its row; the others show the job's.
+        "traceback": v.traceback if v.status == FAILED and v.traceback else result.traceback,
         **{f"{name}_s": _stage_seconds(result, name, v.variant) for name in VARIANT_STAGES},
         "file": v.file,
         "size_bytes": v.size_bytes,
@@ -293,17 +360,6 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, An
     }
 
 
-def _failed_stage(result: ConversionResult, v: VariantResult) -> str:
-    """The variant's stage that failed, else the stage its failure kind names."""
-    for s in result.stages:
-        if s.details.get("variant") == v.variant and s.status == FAILED:
-            return s.stage
-    try:
-        return FailureKind(v.failure_kind).stage
-    except ValueError:
-        return "verify"
-
-
 def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = None) -> float | None:
     times = [s.seconds for s in result.stages if s.stage == stage and s.details.get("variant") == variant]
     return sum(times) if times else None
@@ -312,20 +368,34 @@ def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = N
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    columns = list(rows[0])
+    # Every row's columns: a job that failed before any variant has fewer than one with variants.
+    columns = list(dict.fromkeys(c for row in rows for c in row))
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-    con.executemany(sql, [[row[c] for c in columns] for row in rows])
+    con.executemany(sql, [[row.get(c) for c in columns] for row in rows])
+
+
+def _unreadable(exc: duckdb.Error) -> bool:
+    """DuckDB says the file itself is bad (truncated, a checksum mismatch), not the SQL sent to it."""
+    return type(exc) is duckdb.Error or isinstance(
+        exc, (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)
+    )
+
+
+def _unreadable_message(path: Path, exc: duckdb.Error) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"cannot use {path}: {first} (a corrupt or truncated file: restore it from a backup)"
 
 
 def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open the file, waiting while another process holds DuckDB's file lock."""
+    """Open the file, waiting while another process holds DuckDB's file lock; a new file gets ``STORAGE_VERSION``."""
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.02
     while True:
+        config = {} if read_only or path.exists() else {"storage_compatibility_version": STORAGE_VERSION}
         try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
+            return duckdb.connect(str(path), read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            if not isinstance(exc, duckdb.IOException) or "lock" not in str(exc).lower():
                 raise StoreError(f"cannot open {path}: {exc}") from exc
             if time.monotonic() >= deadline:
                 raise StoreError(
@@ -333,6 +403,20 @@ def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPy
                 ) from exc
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _check_run_name(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    if not RUN_NAME.fullmatch(name):
+        raise UsageError(f"run name {name!r}: use up to 100 letters, digits and . _ : + - (starting with a letter or digit)")
+    try:
+        datetime.fromisoformat(name)
+    except ValueError:
+        pass
+    else:  # --since reads a date as a date
+        raise UsageError(f"run name {name!r} reads as a date; add a word (nightly-{name})")
+    taken = con.execute("SELECT run_id FROM runs WHERE name = $n OR run_id = $n", {"n": name}).fetchone()
+    if taken:
+        raise UsageError(f"run name {name!r} is taken by run {taken[0]}; each run needs its own name")
 
 
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:

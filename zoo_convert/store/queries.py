@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+import duckdb
+
+from ..errors import StoreError, UsageError
 from .db import ResultStore
 
 EXPORTED = ("runs", "results", "verification", "op_census", "publications",
@@ -17,24 +26,38 @@ def query(store: ResultStore, sql: str, params: list[Any] | None = None) -> tupl
     with store.connect() as con:
         try:
             cur = con.execute(sql, params or [])
-        except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL
-            raise StoreError(f"query failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL: bad usage, exit 2
+            raise UsageError(f"query failed: {exc}") from exc
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
 
 
 def status(store: ResultStore) -> dict[str, Any]:
-    """The latest run at a glance: counts, failure kinds, regressions; empty when there is no run."""
+    """The latest run at a glance: models converted, variants verified, failure kinds, regressions.
+
+    A model is converted when its fp32 graph verified; it is partial when a variant
+    beside it failed. Variants count the artifacts that were made. Empty when there is no run.
+    """
     cols, rows = query(store, "SELECT * FROM runs ORDER BY run_seq DESC LIMIT 1")
     if not rows:
         return {}
     run = dict(zip(cols, rows[0]))
     _, counts = query(
         store,
-        "SELECT count(DISTINCT job_key), count(DISTINCT job_key) FILTER (WHERE job_status = 'passed'),"
-        " count(*) FROM results WHERE run_id = ?",
-        [run["run_id"]],
+        """
+        WITH jobs AS (
+            SELECT job_key, any_value(job_status) = 'passed' AS converted,
+                bool_or(status = 'failed') AS any_failed, count(*) AS n_rows
+            FROM results WHERE run_id = $run GROUP BY job_key
+        )
+        SELECT count(*), count(*) FILTER (WHERE converted), count(*) FILTER (WHERE converted AND any_failed),
+            coalesce(sum(n_rows), 0),
+            (SELECT count(*) FILTER (WHERE status = 'passed') FROM results WHERE run_id = $run AND variant IS NOT NULL),
+            (SELECT count(*) FROM results WHERE run_id = $run AND variant IS NOT NULL)
+        FROM jobs
+        """,
+        {"run": run["run_id"]},
     )
     _, kinds = query(
         store,
@@ -43,12 +66,15 @@ def status(store: ResultStore) -> dict[str, Any]:
         [run["run_id"]],
     )
     _, regressed = query(store, "SELECT count(*) FROM regressions WHERE run_id = ?", [run["run_id"]])
-    jobs, passed, n_rows = counts[0]
+    jobs, converted, partial, n_rows, variants_verified, variants = counts[0]
     return {
-        **{k: run[k] for k in ("run_id", "status", "manifest", "started_at", "finished_at")},
+        **{k: run[k] for k in ("run_id", "name", "status", "manifest", "started_at", "finished_at")},
         "jobs": jobs,
-        "passed": passed,
-        "failed": jobs - passed,
+        "converted": converted,
+        "partial": partial,
+        "not_converted": jobs - converted,
+        "variants_verified": variants_verified,
+        "variants": variants,
         "result_rows": n_rows,
         "failure_kinds": dict(kinds),
         "regressions": regressed[0][0],
@@ -56,21 +82,125 @@ def status(store: ResultStore) -> dict[str, Any]:
     }
 
 
-def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str], list[tuple]]:
-    """Regressions in the runs after ``since``, or in the latest run when it is None."""
-    if since is None:
-        where, params = "run_seq = (SELECT max(run_seq) FROM runs)", []
-    else:
-        if not query(store, "SELECT 1 FROM runs WHERE run_id = ?", [since])[1]:
-            raise StoreError(f"unknown run {since!r}")
-        where, params = "run_seq > (SELECT run_seq FROM runs WHERE run_id = ?)", [since]
-    return query(
-        store,
-        "SELECT run_id, previous_run_id, regression, source, exporter, opset, variant,"
-        " previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms, failure_kind, message"
-        f" FROM regressions WHERE {where} ORDER BY run_seq, source, variant, regression",
-        params,
+def format_status(info: dict[str, Any]) -> str:
+    """``status()`` as aligned lines for a terminal."""
+    kinds = ", ".join(f"{k} {n}" for k, n in info["failure_kinds"].items()) or "none"
+    lines = [
+        ("run", run_label(info["run_id"], info["name"])),
+        ("status", info["status"]),
+        ("manifest", info["manifest"]),
+        ("started_at", info["started_at"]),
+        ("finished_at", info["finished_at"]),
+        ("converted", f"{info['converted']} of {info['jobs']} models (fp32 verified)"),
+        ("partial", f"{info['partial']} (converted, a variant failed)"),
+        ("not converted", info["not_converted"]),
+        ("variants", f"{info['variants_verified']} of {info['variants']} verified"),
+        ("failure kinds", kinds),
+        ("regressions", info["regressions"]),
+        ("result rows", info["result_rows"]),
+        ("runs", info["runs"]),
+    ]
+    return "\n".join(f"{key:<15}{value}" for key, value in lines)
+
+
+def run_label(run_id: str, name: str | None) -> str:
+    """How a run is shown to people: its name with its id, or its id."""
+    return f"{name} ({run_id})" if name else run_id
+
+
+def first_run_since(store: ResultStore, since: str) -> int:
+    """The run_seq of the first run after ``since``: a run name, a run id or a date (UTC)."""
+    run = store.find_run(since)
+    if run is not None:
+        return run[1] + 1
+    try:
+        when = datetime.fromisoformat(since)
+    except ValueError:
+        raise UsageError(f"since {since!r}: no run has that name or id, and it is no date (YYYY-MM-DD[THH:MM])") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    _, rows = query(store, "SELECT coalesce(min(run_seq) FILTER (WHERE started_at >= ?), max(run_seq) + 1, 1) FROM runs",
+                    [when])
+    return rows[0][0]
+
+
+REGRESSION_COLUMNS = ("run", "since_run", "regression", "source", "exporter", "opset", "variant", "changed",
+                      "previous_max_abs", "max_abs", "previous_ort_p50_ms", "ort_p50_ms", "failure_kind", "message")
+
+
+def regression_rows(con: duckdb.DuckDBPyConnection, first_seq: int, last_seq: int = 2**31 - 1,
+                    limit: int | None = None) -> list[dict[str, Any]]:
+    """Regressions of the runs ``first_seq``..``last_seq``, each saying what changed since the result it is compared with."""
+    rows = con.execute(
+        f"""
+        WITH reg AS (
+            SELECT * FROM regressions WHERE run_seq BETWEEN $first AND $last
+            ORDER BY run_seq, source, variant, regression {'LIMIT ' + str(int(limit)) if limit else ''}
+        ),
+        jobs AS (
+            SELECT r.run_id, r.job_key, any_value(r.resolved_revision) AS revision, any_value(r.versions) AS versions,
+                any_value(r.previous_job_seq) AS previous_job_seq
+            FROM results r SEMI JOIN reg ON r.run_id = reg.run_id AND r.job_key = reg.job_key
+            GROUP BY ALL
+        ),
+        previous AS (
+            SELECT p.job_seq, any_value(p.resolved_revision) AS revision, any_value(p.versions) AS versions
+            FROM results p SEMI JOIN jobs ON p.job_seq = jobs.previous_job_seq
+            GROUP BY ALL
+        )
+        SELECT coalesce(cur.name, reg.run_id) AS run, coalesce(prev_run.name, reg.previous_run_id) AS since_run, reg.*,
+            jobs.revision AS _revision, jobs.versions AS _versions,
+            previous.revision AS _previous_revision, previous.versions AS _previous_versions
+        FROM reg
+        JOIN runs cur ON cur.run_id = reg.run_id
+        LEFT JOIN runs prev_run ON prev_run.run_id = reg.previous_run_id
+        LEFT JOIN jobs ON jobs.run_id = reg.run_id AND jobs.job_key = reg.job_key
+        LEFT JOIN previous ON previous.job_seq = jobs.previous_job_seq
+        ORDER BY reg.run_seq, reg.source, reg.variant, reg.regression
+        """,
+        {"first": first_seq, "last": last_seq},
     )
+    columns = [d[0] for d in rows.description]
+    out = []
+    for values in rows.fetchall():
+        row = dict(zip(columns, values))
+        row["changed"] = what_changed(row.pop("_previous_revision"), row.pop("_revision"),
+                                      row.pop("_previous_versions"), row.pop("_versions"))
+        out.append(row)
+    return out
+
+
+def what_changed(
+    previous_revision: str | None, revision: str | None,
+    previous_versions: dict[str, str] | None, versions: dict[str, str] | None,
+) -> str:
+    """What differs between two jobs of a model: the checkpoint and/or toolchain versions, in words."""
+    changes = []
+    if previous_revision != revision:
+        changes.append(f"checkpoint {_short(previous_revision)} -> {_short(revision)}")
+    before, after = previous_versions or {}, versions or {}
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            changes.append(f"{name} {before.get(name, '-')} -> {after.get(name, '-')}")
+    return "; ".join(changes) or "same checkpoint and toolchain"
+
+
+def _short(revision: str | None) -> str:
+    if not revision:
+        return "-"
+    return revision.removeprefix("sha256:")[:10]
+
+
+def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str], list[tuple]]:
+    """Regressions in the runs after ``since`` (a run name, id or date), or in the latest run when it is None."""
+    if since is None:
+        _, rows = query(store, "SELECT coalesce(max(run_seq), 0) FROM runs")
+        first = rows[0][0]
+    else:
+        first = first_run_since(store, since)
+    with store.connect() as con:
+        found = regression_rows(con, first)
+    return list(REGRESSION_COLUMNS), [tuple(r[c] for c in REGRESSION_COLUMNS) for r in found]
 
 
 def export_parquet(store: ResultStore, out_dir: str | Path) -> list[Path]:
@@ -96,11 +226,153 @@ def format_table(columns: list[str], rows: list[tuple], *, max_width: int = 60) 
     return "\n".join(lines)
 
 
+def format_csv(columns: list[str], rows: list[tuple]) -> str:
+    """RFC 4180 CSV with a header row; values are never cut, nested ones are JSON."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_csv_cell(v) for v in row])
+    return out.getvalue().rstrip("\n")
+
+
+def format_json(columns: list[str], rows: list[tuple]) -> str:
+    """A JSON array of one object per row; NaN and infinities are null, timestamps ISO 8601."""
+    return json.dumps([dict(zip(columns, (_plain(v) for v in row))) for row in rows], indent=1)
+
+
+def format_markdown(columns: list[str], rows: list[tuple]) -> str:
+    """A GitHub-flavoured Markdown table; cells keep their full text on one line."""
+    def cell(value: Any) -> str:
+        text = _cell(value, max_width=0)
+        return text.replace("\\", "\\\\").replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+FORMATS: dict[str, Callable[[list[str], list[tuple]], str]] = {
+    "table": format_table,
+    "csv": format_csv,
+    "json": format_json,
+    "markdown": format_markdown,
+}
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (str, int, float)):  # bool is an int; a float keeps every digit (NaN as nan)
+        return value
+    plain = _plain(value)
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _plain(value: Any) -> Any:
+    """A DuckDB value as JSON data: no NaN (not JSON), dates as ISO text, decimals as numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)  # UUID and the like
+
+
 def _cell(value: Any, max_width: int) -> str:
     text = "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
     text = " ".join(text.split())
-    return text if len(text) <= max_width else text[: max_width - 1] + "…"
+    return text if not max_width or len(text) <= max_width else text[: max_width - 1] + "…"
 
 
 def _sql_string(path: Path) -> str:
     return str(path).replace("'", "''")
+
+
+def find_run(store: ResultStore, run: str) -> str:
+    """``latest`` -> the newest run id; any other value must name a recorded run."""
+    if run == "latest":
+        rows = query(store, "SELECT run_id FROM runs ORDER BY run_seq DESC LIMIT 1")[1]
+        if not rows:
+            raise StoreError(f"{store.path} has no runs yet")
+        return str(rows[0][0])
+    if not query(store, "SELECT 1 FROM runs WHERE run_id = ?", [run])[1]:
+        raise StoreError(f"no run {run!r} in {store.path}")
+    return run
+
+
+def run_settings(store: ResultStore, run_id: str) -> dict[str, Any]:
+    """The settings a run recorded (``runs.settings``), parsed; empty when it recorded none."""
+    rows = query(store, "SELECT settings FROM runs WHERE run_id = ?", [run_id])[1]
+    try:
+        settings = json.loads(rows[0][0] or "{}") if rows else {}
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
+def job_results(store: ResultStore, run_id: str, job_keys: list[str] | None = None) -> list[dict[str, Any]]:
+    """The ``results`` rows of a run's jobs (all, or those keys), in recorded order.
+
+    ``versions`` comes back as a dict and ``finished_at`` as an ISO-8601 string, whichever
+    shapes the DuckDB driver returns them in.
+    """
+    sql = "SELECT * FROM results WHERE run_id = ?"
+    params: list[Any] = [run_id]
+    if job_keys is not None:
+        sql += " AND list_contains(?, job_key)"
+        params.append(job_keys)
+    columns, rows = query(store, sql + " ORDER BY job_seq, variant", params)
+    out = []
+    for row in rows:
+        r = dict(zip(columns, row))
+        r["versions"] = _as_dict(r["versions"])
+        r["finished_at"] = r["finished_at"].isoformat() if r["finished_at"] else None
+        out.append(r)
+    return out
+
+
+def deferred_publications(store: ResultStore) -> list[dict[str, Any]]:
+    """Jobs whose latest ``publications`` row says ``deferred``: run_id, job_key, repo_id, oldest deferral first."""
+    columns, rows = query(
+        store,
+        "SELECT run_id, job_key, arg_max(repo_id, published_at) AS repo_id,"
+        " min(published_at) FILTER (WHERE status = 'deferred') AS deferred_at"
+        " FROM publications GROUP BY run_id, job_key"
+        " HAVING arg_max(status, published_at) = 'deferred' ORDER BY deferred_at, job_key",
+    )
+    return [dict(zip(columns, r)) for r in rows]
+
+
+def published_jobs(store: ResultStore) -> set[tuple[str, str]]:
+    """(job_key, repo_id) pairs whose latest ``publications`` row says the repo holds them (published or unchanged)."""
+    rows = query(
+        store,
+        "SELECT job_key, repo_id FROM publications GROUP BY job_key, repo_id"
+        " HAVING arg_max(status, published_at) IN ('published', 'unchanged')",
+    )[1]
+    return {(k, r) for k, r in rows}
+
+
+def commits_since(store: ResultStore, since: datetime) -> int:
+    """Commits publishing made after ``since`` (naive UTC, as the DB stores it)."""
+    rows = query(store, "SELECT count(*) FROM publications WHERE status = 'published' AND published_at > ?", [since])[1]
+    return int(rows[0][0])
+
+
+def _as_dict(value: Any) -> dict[str, str]:
+    """A DuckDB MAP as a dict: older drivers return ``{"key": [...], "value": [...]}``."""
+    if isinstance(value, dict) and set(value) == {"key", "value"} and isinstance(value["key"], list):
+        return dict(zip(value["key"], value["value"]))
+    return dict(value or {})

@@ -1,7 +1,13 @@
 "use strict";
 // Renders DATA (inlined by zoo_convert.dashboard.site) into the page; no libraries, charts are inline SVG.
+// The data is a JSON island, not code: no string in it can be read as markup or script.
+const DATA = JSON.parse(document.getElementById("zoo-data").textContent);
 const ZOO = { loaded: {}, waiting: {} };
-const VARIANTS = ["fp32", "fp16", "int8"];
+// Every variant some latest result has, in the farm's order (records.VARIANTS): opt-in ones appear once made.
+const VARIANTS = DATA.variants.filter((v) => DATA.matrix.some((m) => m.variant === v));
+// A model is passed (every variant verified), partial (converted: fp32 verified, another variant failed)
+// or failed (not converted); sorting by status puts the worst first.
+const STATUS_ORDER = { failed: 0, partial: 1, passed: 2 };
 const $ = (sel) => document.querySelector(sel);
 
 function esc(v) {
@@ -14,6 +20,8 @@ function num(v, digits = 3) {
 }
 function pct(v) { return v === null || v === undefined ? "–" : (100 * v).toFixed(1) + "%"; }
 function badge(status) { return `<span class="badge ${esc(status || "none")}">${esc(status || "–")}</span>`; }
+function runLabel(id, name) { return name ? `${name} (${id})` : id; }
+function shortRev(rev) { return rev ? String(rev).replace(/^sha256:/, "").slice(0, 10) : "–"; }
 // Red at 0% through amber to green at 100%.
 function heat(rate) { return `hsl(${Math.round(rate * 120)}, 65%, ${38 + rate * 4}%)`; }
 function table(cols, rows, empty) {
@@ -22,35 +30,39 @@ function table(cols, rows, empty) {
   const body = rows.map((r) => "<tr>" + cols.map((c) => `<td${c[2] ? ' class="num"' : ""}>${c[1](r)}</td>`).join("") + "</tr>").join("");
   return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
 }
+function jobStatus(jobStatus, variantStatuses) {
+  if (jobStatus !== "passed") return "failed";
+  return variantStatuses.some((s) => s !== "passed") ? "partial" : "passed";
+}
 
 function renderHeadline() {
   const h = DATA.headline;
-  const rate = h.models ? h.passed / h.models : null;
   const cards = [
-    [h.models, "models (latest result each)"],
-    [pct(rate), `pass rate (${h.passed} passed)`],
+    [`${h.converted}/${h.models}`, "models converted (fp32 verified), latest result each"],
+    [h.partial, "partial: converted, a variant failed"],
+    [h.models - h.converted, "not converted"],
+    [`${h.variants_verified}/${h.variants}`, "variants verified (of those made)"],
     [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", "median fp32 speedup vs PyTorch"],
     [DATA.regressions.length, "regressions in the latest run"],
     [h.runs, "runs"],
     [h.result_rows, "result rows"],
   ];
   $("#headline").innerHTML = cards.map(([v, l]) => `<div class="card"><b>${esc(v)}</b><span>${esc(l)}</span></div>`).join("");
-  $("#meta").textContent = `latest run ${h.latest_run ?? "–"} · generated ${DATA.generated_at}`;
+  $("#meta").textContent = `latest run ${h.latest_run ? runLabel(h.latest_run, h.latest_name) : "–"} · generated ${DATA.generated_at}`;
 }
 
 function renderMatrix() {
-  const variants = VARIANTS.filter((v) => DATA.matrix.some((m) => m.variant === v));
   const rows = new Map();
   for (const m of DATA.matrix) {
-    const key = `${m.model_type}\u0000${m.opset ?? "default"}`;
-    if (!rows.has(key)) rows.set(key, { model_type: m.model_type, opset: m.opset ?? "default", cells: {} });
+    const key = JSON.stringify([m.model_type, m.task, m.opset]);
+    if (!rows.has(key)) rows.set(key, { model_type: m.model_type, task: m.task, opset: m.opset ?? "default", cells: {} });
     rows.get(key).cells[m.variant] = m;
   }
   if (!rows.size) { $("#matrix").innerHTML = '<p class="empty-note">no results yet</p>'; return; }
-  let html = `<table class="heat"><thead><tr><th>model type</th><th>opset</th>${variants.map((v) => `<th>${v}</th>`).join("")}</tr></thead><tbody>`;
+  let html = `<table class="heat"><thead><tr><th>model type</th><th>task</th><th>opset</th>${VARIANTS.map((v) => `<th>${v}</th>`).join("")}</tr></thead><tbody>`;
   for (const r of rows.values()) {
-    html += `<tr><td>${esc(r.model_type)}</td><td>${esc(r.opset)}</td>`;
-    for (const v of variants) {
+    html += `<tr><td>${esc(r.model_type)}</td><td>${esc(r.task ?? "–")}</td><td class="num">${esc(r.opset)}</td>`;
+    for (const v of VARIANTS) {
       const c = r.cells[v];
       html += c
         ? `<td class="cell" style="background:${heat(c.pass_rate)}" title="${esc(c.failure_kinds.filter(Boolean).join(", "))}">${c.passed}/${c.models}</td>`
@@ -61,25 +73,50 @@ function renderMatrix() {
   $("#matrix").innerHTML = html + "</tbody></table>";
 }
 
-function svgLine(points, { width = 360, height = 160, yMax = 1, label = pct } = {}) {
+// The zoo after each run: share of models converted and of variants verified, one point per run.
+function svgRuns(runs) {
+  const points = runs.filter((r) => r.models);
   if (!points.length) return '<p class="empty-note">no runs yet</p>';
-  const pad = 40, w = width - 2 * pad, h = height - 2 * pad;
-  const x = (i) => pad + (points.length === 1 ? w / 2 : (i * w) / (points.length - 1));
-  const y = (v) => pad + h - (v / yMax) * h;
-  const path = points.map((p, i) => `${x(i).toFixed(1)},${y(p.value).toFixed(1)}`).join(" ");
-  const dots = points.map((p, i) => `<circle cx="${x(i).toFixed(1)}" cy="${y(p.value).toFixed(1)}" r="3" fill="#0969da"><title>${esc(p.label)}: ${label(p.value)}</title></circle>`).join("");
-  const axis = [0, 0.5, 1].map((t) => `<text x="2" y="${(y(t * yMax) + 4).toFixed(1)}">${label(t * yMax)}</text><line x1="${pad}" x2="${width - pad}" y1="${y(t * yMax)}" y2="${y(t * yMax)}" stroke="#eaeef2"/>`).join("");
-  const ends = points.length === 1
-    ? `<text x="${x(0)}" y="${height - 6}" text-anchor="middle">${esc(points[0].label)}</text>`
-    : `<text x="${pad}" y="${height - 6}">${esc(points[0].label)}</text><text x="${width - pad}" y="${height - 6}" text-anchor="end">${esc(points[points.length - 1].label)}</text>`;
-  return `<svg viewBox="0 0 ${width} ${height}" width="100%">${axis}<polyline points="${path}" fill="none" stroke="#0969da" stroke-width="2"/>${dots}${ends}</svg>`;
+  const width = 360, height = 190, left = 48, right = 14, top = 24, bottom = 30;
+  const w = width - left - right, h = height - top - bottom;
+  const x = (i) => left + (points.length === 1 ? w / 2 : (i * w) / (points.length - 1));
+  const y = (v) => top + h - v * h;
+  const series = [
+    { name: "models converted", color: "#0969da", value: (r) => r.converted / r.models, text: (r) => `${r.converted}/${r.models} models converted` },
+    { name: "variants verified", color: "#8250df", value: (r) => (r.variants ? r.verified / r.variants : null), text: (r) => `${r.verified}/${r.variants} variants verified` },
+  ];
+  let svg = [0, 0.5, 1].map((t) => `<text x="2" y="${(y(t) + 4).toFixed(1)}">${pct(t)}</text><line x1="${left}" x2="${width - right}" y1="${y(t)}" y2="${y(t)}" stroke="#eaeef2"/>`).join("");
+  series.forEach((s, k) => {
+    const pts = points.map((r, i) => [i, s.value(r), r]).filter((p) => p[1] !== null);
+    svg += `<polyline points="${pts.map(([i, v]) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ")}" fill="none" stroke="${s.color}" stroke-width="2"/>`;
+    svg += pts.map(([i, v, r]) => `<circle cx="${x(i).toFixed(1)}" cy="${y(v).toFixed(1)}" r="3" fill="${s.color}"><title>${esc(runLabel(r.run_id, r.label))}: ${esc(s.text(r))} (${pct(v)})</title></circle>`).join("");
+    svg += `<rect x="${left + k * 130}" y="4" width="10" height="10" fill="${s.color}"/><text x="${left + k * 130 + 14}" y="13">${s.name}</text>`;
+  });
+  svg += points.map((r, i) => {
+    const anchor = points.length === 1 ? "middle" : i === 0 ? "start" : i === points.length - 1 ? "end" : "middle";
+    return `<text class="xlabel" x="${x(i).toFixed(1)}" y="${height - 8}" text-anchor="${anchor}">${esc(r.label)}<title>${esc(runLabel(r.run_id, r.label))}</title></text>`;
+  }).join("");
+  return `<svg viewBox="0 0 ${width} ${height}" width="100%">${svg}</svg>`;
+}
+
+// Run labels that would touch their neighbour are dropped, measured as drawn; the first and last stay.
+function thinLabels(svg) {
+  const labels = [...svg.querySelectorAll("text.xlabel")];
+  if (labels.length < 2) return;
+  const last = labels[labels.length - 1].getBBox();
+  let kept = null;
+  for (const t of labels.slice(0, -1)) {
+    const b = t.getBBox();
+    if ((kept && b.x < kept.x + kept.width + 6) || b.x + b.width + 6 > last.x) t.remove();
+    else kept = b;
+  }
 }
 
 function svgHist(rows, binLabel) {
   if (!rows.length) return '<p class="empty-note">no data</p>';
   const bins = [...new Set(rows.map((r) => r.bin))].sort((a, b) => a - b);
   const variants = VARIANTS.filter((v) => rows.some((r) => r.variant === v));
-  const colors = { fp32: "#0969da", fp16: "#8250df", int8: "#bf8700" };
+  const colors = { fp32: "#0969da", fp16: "#8250df", int8: "#bf8700", uint8: "#1a7f37", q4: "#cf222e" };
   const width = 360, height = 170, pad = 24, w = width - 2 * pad, h = height - 2 * pad - 10;
   const max = Math.max(...rows.map((r) => r.n));
   const bw = w / bins.length, sub = bw / variants.length;
@@ -95,7 +132,9 @@ function svgHist(rows, binLabel) {
 }
 
 function renderCharts() {
-  $("#passrate").innerHTML = svgLine(DATA.runs.filter((r) => r.jobs).map((r) => ({ label: r.run_id, value: r.passed / r.jobs })));
+  $("#passrate").innerHTML = svgRuns(DATA.runs);
+  const svg = $("#passrate svg");
+  if (svg) thinLabels(svg);
   $("#speedup").innerHTML = svgHist(DATA.speedup_hist, (b) => num(2 ** b, 2) + "×");
   $("#errors").innerHTML = svgHist(DATA.error_hist, (b) => "1e" + b);
 }
@@ -111,25 +150,35 @@ function renderFailures() {
      ["signature", (s) => `<span class="msg" title="${esc(s.example)}">${esc(s.signature)}</span>`],
      ["e.g.", (s) => esc(s.sample_models.join(", "))]],
     DATA.signatures, "no failures");
-  const latest = DATA.headline.latest_run;
-  $("#regression-note").textContent = latest ? `in ${latest}, vs each model's latest earlier result` : "";
+  const h = DATA.headline;
+  $("#regression-note").textContent = h.latest_run ? `in ${runLabel(h.latest_run, h.latest_name)}, vs each model's latest earlier result` : "";
   $("#regressions").innerHTML = table(
     [["what", (r) => esc(r.regression)], ["model", (r) => esc(r.source)], ["exporter", (r) => esc(r.exporter)],
-     ["opset", (r) => esc(r.opset ?? "default")], ["variant", (r) => esc(r.variant)], ["since", (r) => esc(r.previous_run_id)],
+     ["opset", (r) => esc(r.opset ?? "default"), true], ["variant", (r) => esc(r.variant)], ["since", (r) => esc(r.since_run)],
+     ["what changed", (r) => `<span class="msg">${esc(r.changed)}</span>`],
      ["max abs", (r) => `${num(r.previous_max_abs)} → ${num(r.max_abs)}`, true],
      ["ORT p50 ms", (r) => `${num(r.previous_ort_p50_ms)} → ${num(r.ort_p50_ms)}`, true],
      ["message", (r) => `<span class="msg">${esc(r.message)}</span>`]],
     DATA.regressions, "no regressions in the latest run");
 }
 
+// Each column: header, cell HTML, the raw value it sorts and exports by, and whether it is a number.
 const MODEL_COLS = [
-  ["model", (m) => esc(m.source)], ["type", (m) => esc(m.model_type)], ["task", (m) => esc(m.task)],
-  ["exporter", (m) => esc(m.exporter)], ["opset", (m) => esc(m.opset ?? "default")], ["status", (m) => badge(m.status)],
-  ...VARIANTS.map((v) => [v, (m) => badge((m.variants || {})[v])]),
-  ["max abs fp32", (m) => num(m.max_abs), true], ["speedup", (m) => (m.speedup ? num(m.speedup) + "×" : "–"), true],
-  ["ORT p50 ms", (m) => num(m.ort_p50_ms), true], ["failure", (m) => esc(m.failure_kind)],
-  ["message", (m) => `<span class="msg">${esc((m.message || "").slice(0, 120))}</span>`],
+  { name: "model", html: (m) => esc(m.source), value: (m) => m.source },
+  { name: "type", html: (m) => esc(m.model_type), value: (m) => m.model_type },
+  { name: "task", html: (m) => esc(m.task), value: (m) => m.task },
+  { name: "exporter", html: (m) => esc(m.exporter), value: (m) => m.exporter },
+  { name: "opset", html: (m) => esc(m.opset ?? "default"), value: (m) => m.opset, num: true },
+  { name: "status", html: (m) => badge(m.status), value: (m) => m.status, sort: (m) => STATUS_ORDER[m.status] },
+  ...VARIANTS.map((v) => ({ name: v, html: (m) => badge((m.variants || {})[v]), value: (m) => (m.variants || {})[v] ?? null })),
+  { name: "max abs fp32", html: (m) => num(m.max_abs), value: (m) => m.max_abs, num: true },
+  { name: "speedup", html: (m) => (m.speedup ? num(m.speedup) + "×" : "–"), value: (m) => m.speedup, num: true },
+  { name: "ORT p50 ms", html: (m) => num(m.ort_p50_ms), value: (m) => m.ort_p50_ms, num: true },
+  { name: "failure", html: (m) => esc(m.failure_kind), value: (m) => m.failure_kind },
+  { name: "message", html: (m) => `<span class="msg">${esc((m.message || "").slice(0, 120))}</span>`, value: (m) => m.message },
 ];
+const SORT = { col: null, dir: 1 };
+let shownModels = [];
 
 function fillSelect(id, values) {
   const sel = $(id);
@@ -141,29 +190,109 @@ function fillSelect(id, values) {
 }
 
 function renderModels() {
-  $("#models thead").innerHTML = "<tr>" + MODEL_COLS.map((c) => `<th>${esc(c[0])}</th>`).join("") + "</tr>";
+  $("#models thead").innerHTML = "<tr>" + MODEL_COLS.map((c, i) => `<th class="sortable${c.num ? " num" : ""}" data-col="${i}" title="sort">${esc(c.name)}</th>`).join("") + "</tr>";
+  $("#models thead").addEventListener("click", (e) => {
+    const th = e.target.closest("th");
+    if (!th) return;
+    const col = Number(th.dataset.col);
+    SORT.dir = SORT.col === col ? -SORT.dir : 1;
+    SORT.col = col;
+    filterModels();
+  });
   fillSelect("#f-type", DATA.models.map((m) => m.model_type));
   fillSelect("#f-kind", DATA.models.map((m) => m.failure_kind));
   fillSelect("#f-exporter", DATA.models.map((m) => m.exporter));
   const shown = DATA.models.length;
   $("#model-note").textContent = shown < DATA.model_count
-    ? `latest result per model; showing ${shown} of ${DATA.model_count} (failures first)` : "latest result per model; click a row for details";
+    ? `latest result per model; showing ${shown} of ${DATA.model_count} (failures first)` : "latest result per model; click a row for details, a header to sort";
   for (const id of ["#search", "#f-status", "#f-type", "#f-kind", "#f-exporter"]) $(id).addEventListener("input", filterModels);
   $("#models tbody").addEventListener("click", (e) => {
     const tr = e.target.closest("tr");
-    if (tr) openDetail(Number(tr.dataset.id));
+    if (tr) showModel(DATA.models.find((m) => m.id === Number(tr.dataset.id)));
+  });
+  $("#csv").addEventListener("click", () => {
+    const old = $("#csv").href;
+    if (old.startsWith("blob:")) URL.revokeObjectURL(old);
+    $("#csv").href = URL.createObjectURL(new Blob([ZOO.modelsCsv()], { type: "text/csv" }));
   });
   filterModels();
 }
 
+// Nulls sort last either way; numbers as numbers, text by the reader's collation.
+function compareBy(col, dir) {
+  const key = col.sort || col.value;
+  return (a, b) => {
+    const x = key(a), y = key(b);
+    if (x === null || x === undefined) return y === null || y === undefined ? 0 : 1;
+    if (y === null || y === undefined) return -1;
+    return dir * (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y)));
+  };
+}
+
 function filterModels() {
   const q = $("#search").value.trim().toLowerCase();
-  const want = { status: $("#f-status").value, model_type: $("#f-type").value, failure_kind: $("#f-kind").value, exporter: $("#f-exporter").value };
-  const rows = DATA.models.filter((m) =>
+  const status = $("#f-status").value;
+  const want = { model_type: $("#f-type").value, failure_kind: $("#f-kind").value, exporter: $("#f-exporter").value };
+  let rows = DATA.models.filter((m) =>
+    (!status || (status === "problem" ? m.status !== "passed" : m.status === status)) &&
     Object.entries(want).every(([k, v]) => !v || m[k] === v) &&
     (!q || [m.source, m.task, m.model_type, m.message, m.failure_kind].some((s) => (s || "").toLowerCase().includes(q))));
-  $("#models tbody").innerHTML = rows.map((m) => `<tr data-id="${m.id}">` + MODEL_COLS.map((c) => `<td${c[2] ? ' class="num"' : ""}>${c[1](m)}</td>`).join("") + "</tr>").join("");
+  if (SORT.col !== null) rows = rows.slice().sort(compareBy(MODEL_COLS[SORT.col], SORT.dir));
+  shownModels = rows;
+  document.querySelectorAll("#models thead th").forEach((th, i) => {
+    if (i === SORT.col) th.setAttribute("aria-sort", SORT.dir > 0 ? "ascending" : "descending");
+    else th.removeAttribute("aria-sort");
+  });
+  $("#models tbody").innerHTML = rows.map((m) => `<tr data-id="${m.id}">` + MODEL_COLS.map((c) => `<td${c.num ? ' class="num"' : ""}>${c.html(m)}</td>`).join("") + "</tr>").join("");
   $("#match-count").textContent = `${rows.length} shown`;
+}
+
+// The rows shown (filtered and sorted) with raw values: nothing rounded or cut.
+ZOO.modelsCsv = function () {
+  const cols = [["source", (m) => m.source], ["model_type", (m) => m.model_type], ["task", (m) => m.task],
+    ["exporter", (m) => m.exporter], ["opset", (m) => m.opset], ["revision", (m) => m.revision], ["status", (m) => m.status],
+    ...VARIANTS.map((v) => [v, (m) => (m.variants || {})[v]]), ["max_abs_fp32", (m) => m.max_abs],
+    ["speedup", (m) => m.speedup], ["ort_p50_ms", (m) => m.ort_p50_ms], ["failure_kind", (m) => m.failure_kind],
+    ["message", (m) => m.message], ["run", (m) => m.run]];
+  return [cols.map((c) => c[0]), ...shownModels.map((m) => cols.map((c) => c[1](m)))].map((r) => r.map(csvCell).join(",")).join("\r\n") + "\r\n";
+};
+
+function csvCell(v) {
+  if (v === null || v === undefined) return "";
+  let s = String(v);
+  // a spreadsheet would run a cell starting with = + - @ as a formula
+  if (typeof v === "string" && /^[=+\-@\t\r]/.test(s)) s = "'" + s;
+  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+// Every drill-down has its own address: #model=SOURCE[&exporter=..][&opset=..][&revision=..].
+function modelHash(m) {
+  const p = new URLSearchParams({ model: m.source, exporter: m.exporter });
+  if (m.opset_requested !== null && m.opset_requested !== undefined) p.set("opset", m.opset_requested);
+  if (m.revision) p.set("revision", m.revision);
+  return "#" + p.toString();
+}
+
+function showModel(m) {
+  if (!m) return;
+  const hash = modelHash(m);
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function route() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  if (!p.has("model")) return;
+  const m = DATA.models.find((x) => x.source === p.get("model") && (!p.has("exporter") || x.exporter === p.get("exporter")) &&
+    String(x.opset_requested ?? "") === (p.get("opset") ?? "") && (x.revision ?? "") === (p.get("revision") ?? ""));
+  const drill = $("#drill");
+  drill.hidden = false;
+  if (!m) {
+    drill.innerHTML = `<h2>${esc(p.get("model"))}</h2><p class="empty-note">not in this page's table (it holds ${DATA.models.length} of ${DATA.model_count} models, failures first)</p>`;
+  } else {
+    openDetail(m.id);
+  }
+  drill.scrollIntoView({ block: "nearest" });
 }
 
 // Drill-down chunks are plain scripts calling ZOO.details({...}); they load from file:// as well as http.
@@ -189,26 +318,52 @@ function openDetail(id) {
   const tr = document.querySelector(`#models tr[data-id="${id}"]`);
   if (tr) tr.classList.add("sel");
   const drill = $("#drill");
-  drill.hidden = false;
   drill.innerHTML = `<h2>${esc(m.source)} <small>${esc(m.exporter)} · opset ${esc(m.opset ?? "default")} · run ${esc(m.run)}</small></h2><p class="empty-note">loading…</p>`;
   loadDetail(id, (d) => renderDetail(m, d));
 }
 
+function tolerances(text) {
+  try { return JSON.parse(text || "null") || {}; } catch { return {}; }
+}
+function tolerance(t) {
+  if (!t) return "–";
+  const maxAbs = Number(t.max_abs);  // "inf" (no limit) is recorded as text
+  return [isFinite(maxAbs) ? `max abs ≤ ${num(maxAbs)}` : null, t.min_cosine ? `cos ≥ ${t.min_cosine}` : null].filter(Boolean).join(" · ") || "none";
+}
+function link(url, text) {
+  return /^https?:\/\//.test(url || "") ? `<a href="${esc(url)}" rel="noopener noreferrer">${esc(text)}</a>` : esc(text);
+}
+
 function renderDetail(m, d) {
   const st = d.stages || {};
+  const tol = tolerances(st.tolerances);
   const versions = Object.entries(st.versions || {}).map(([k, v]) => `${k} ${v}`).join(" · ");
   let html = `<h2>${esc(m.source)} <small>${esc(m.model_type)} · ${esc(m.task)} · ${esc(m.exporter)} · opset ${esc(m.opset ?? "default")} · run ${esc(m.run)} · attempts ${esc(m.attempts)} · node ${esc(m.node)}</small></h2>`;
   html += `<p class="msg">revision ${esc(st.resolved_revision)} · ${esc(versions)}<br>stages: fetch ${num(st.fetch_s)} s · export ${num(st.export_s)} s · check ${num(st.check_s)} s · optimize ${num(st.optimize_s)} s · peak ${num(m.peak_mem_mb)} MB</p>`;
+  const pub = d.publication;
+  html += '<dl class="facts">'
+    + `<dt>artifacts</dt><dd>${st.artifacts_dir ? `<code>${esc(st.artifacts_dir)}</code>` : "none (the job failed before any artifact)"}</dd>`
+    + `<dt>published</dt><dd>${pub ? `${link(pub.commit_url, pub.repo_id)} · ${esc(pub.status)} · ${esc(pub.published_at)}` : "not published"}</dd>`
+    + "</dl>";
   html += "<h3>Variants</h3>" + table(
-    [["variant", (v) => esc(v.variant ?? "(none)")], ["status", (v) => badge(v.status)], ["max abs", (v) => num(v.max_abs), true],
+    [["variant", (v) => esc(v.variant ?? "(none)")], ["status", (v) => badge(v.status)],
+     ["tolerance", (v) => esc(tolerance(tol[v.variant]))], ["max abs", (v) => num(v.max_abs), true],
      ["max rel", (v) => num(v.max_rel), true], ["min cosine", (v) => num(v.min_cosine, 6), true],
      ["ORT p50/p90 ms", (v) => `${num(v.ort_p50_ms)} / ${num(v.ort_p90_ms)}`, true],
      ["PyTorch p50/p90 ms", (v) => `${num(v.torch_p50_ms)} / ${num(v.torch_p90_ms)}`, true],
-     ["speedup", (v) => (v.speedup ? num(v.speedup) + "×" : "–"), true], ["size MB", (v) => num(v.size_bytes / 1e6), true],
+     ["speedup", (v) => (v.speedup ? num(v.speedup) + "×" : "–"), true],
+     ["size MB", (v) => (v.status === "passed" && v.size_bytes ? num(v.size_bytes / 1e6) : "–"), true],
      ["failure", (v) => esc(v.failure_kind)], ["stage", (v) => esc(v.stage)], ["message", (v) => `<span class="msg">${esc(v.message)}</span>`]],
     d.variants || [], "no rows");
   const tb = (d.variants || []).map((v) => v.traceback).find(Boolean);
   if (tb) html += `<h3>Traceback</h3><pre>${esc(tb)}</pre>`;
+  html += `<h3>History <small>the model's last ${(d.history || []).length} jobs, newest first</small></h3>` + table(
+    [["run", (j) => esc(j.run)], ["started", (j) => esc(j.started_at), true],
+     ["status", (j) => badge(jobStatus(j.job_status, VARIANTS.map((v) => j[v]).filter(Boolean)))],
+     ...VARIANTS.map((v) => [v, (j) => badge(j[v])]),
+     ["max abs fp32", (j) => num(j.max_abs), true], ["ORT p50 ms", (j) => num(j.ort_p50_ms), true],
+     ["checkpoint", (j) => `<code>${esc(shortRev(j.resolved_revision))}</code>`], ["failure", (j) => esc(j.failure_kind)]],
+    d.history || [], "no history");
   html += "<h3>Per-output errors</h3>" + table(
     [["variant", (o) => esc(o.variant)], ["output", (o) => esc(o.output)], ["shape", (o) => esc(o.shape)],
      ["max abs", (o) => num(o.max_abs), true], ["max rel", (o) => num(o.max_rel), true], ["cosine", (o) => num(o.cosine, 6), true],
@@ -225,3 +380,5 @@ renderMatrix();
 renderCharts();
 renderFailures();
 renderModels();
+window.addEventListener("hashchange", route);
+route();

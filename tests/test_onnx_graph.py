@@ -1,0 +1,83 @@
+"""onnx_graph and runtime.ort_session on small hand-built graphs: subgraphs, external data, providers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from zoo_convert import onnx_graph
+from zoo_convert.runtime import ort_session
+
+
+def _branch(name: str, op: str) -> onnx.GraphProto:
+    out = helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [2])
+    return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_y"])], name, [], [out])
+
+
+def _merged_like() -> onnx.ModelProto:
+    """A graph whose work sits in an If's two branches, as in optimum's merged decoders, plus a big weight."""
+    weight = numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(2, 2048), "w")
+    nodes = [
+        helper.make_node("Relu", ["x0"], ["x"]),
+        helper.make_node(
+            "If", ["flag"], ["y"], then_branch=_branch("then", "Neg"), else_branch=_branch("else", "Abs")
+        ),
+        helper.make_node("Reshape", ["y", "shape"], ["y2"]),
+        helper.make_node("MatMul", ["y2", "w"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "merged",
+        [
+            helper.make_tensor_value_info("x0", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2048])],
+        initializer=[weight, numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "shape")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_census_counts_both_branches_of_an_if() -> None:
+    census = onnx_graph.op_census(_merged_like().graph)
+    assert census == {"Relu": 1, "If": 1, "Neg": 1, "Abs": 1, "Reshape": 1, "MatMul": 1}
+    assert sorted(g.name for g in onnx_graph.graphs(_merged_like().graph)) == ["else", "merged", "then"]
+
+
+def test_inputs_leave_out_initializers_listed_as_inputs(tmp_path: Path) -> None:
+    model = _merged_like()
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 2048]))  # older exporters
+    onnx.save(model, tmp_path / "m.onnx")
+    assert [i.name for i in onnx_graph.inputs(tmp_path / "m.onnx")] == ["x0", "flag"]
+
+
+def test_external_data_lives_in_file_data_and_moves_with_its_graph(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    onnx_graph.save(_merged_like(), path, external=True)
+    data = onnx_graph.data_path(path)
+    assert data == tmp_path / "model.onnx_data" and data.stat().st_size >= 4096 * 4
+    assert onnx_graph.disk_size(path) == path.stat().st_size + data.stat().st_size
+
+    moved = onnx_graph.move(path, tmp_path / "model_fp16.onnx", external=True)
+    assert onnx_graph.data_path(moved).is_file()
+    x = np.array([1.0, -2.0], dtype=np.float32)
+    session = ort_session(moved, threads=1)
+    (z,) = session.run(None, {"x0": x, "flag": np.array(True)})
+    assert np.allclose(z, -np.maximum(x, 0) @ np.arange(4096, dtype=np.float32).reshape(2, 2048))
+
+    onnx_graph.save(_merged_like(), path, external=False)  # inline again: the stale data file goes
+    assert not data.exists()
+    onnx_graph.delete(moved)
+    assert not moved.exists() and not onnx_graph.data_path(moved).exists()
+
+
+def test_sessions_run_on_the_providers_this_build_has(tmp_path: Path) -> None:
+    onnx.save(_merged_like(), tmp_path / "m.onnx")
+    session = ort_session(tmp_path / "m.onnx", threads=1, providers=("NoSuchExecutionProvider", "CPUExecutionProvider"))
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    assert ort_session(tmp_path / "m.onnx", threads=1, providers=("NoSuchExecutionProvider",)).get_providers() == [
+        "CPUExecutionProvider"
+    ]

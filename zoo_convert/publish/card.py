@@ -1,0 +1,190 @@
+"""The model card (README.md) of a published repo: Hub metadata, what was verified, how to load it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..records import JS_DTYPES, JS_SUFFIXES, PASSED
+from ..sources import is_local
+from .candidates import Candidate
+from .hub import DEFAULT_ENDPOINT
+
+# optimum task -> Hub pipeline tag (the ``-with-past`` suffix is stripped first).
+PIPELINE_TAGS = {
+    "feature-extraction": "feature-extraction",
+    "sentence-similarity": "sentence-similarity",
+    "fill-mask": "fill-mask",
+    "text-classification": "text-classification",
+    "token-classification": "token-classification",
+    "question-answering": "question-answering",
+    "multiple-choice": "multiple-choice",
+    "text-generation": "text-generation",
+    "text2text-generation": "text2text-generation",
+    "image-classification": "image-classification",
+    "object-detection": "object-detection",
+    "semantic-segmentation": "image-segmentation",
+    "image-segmentation": "image-segmentation",
+    "depth-estimation": "depth-estimation",
+    "image-to-text": "image-to-text",
+    "zero-shot-image-classification": "zero-shot-image-classification",
+    "audio-classification": "audio-classification",
+    "automatic-speech-recognition": "automatic-speech-recognition",
+}
+# Hub pipeline tag -> the optimum.onnxruntime class that loads it (as optimum's own pipelines map it).
+ORT_CLASSES = {
+    "feature-extraction": "ORTModelForFeatureExtraction",
+    "sentence-similarity": "ORTModelForFeatureExtraction",
+    "fill-mask": "ORTModelForMaskedLM",
+    "text-classification": "ORTModelForSequenceClassification",
+    "token-classification": "ORTModelForTokenClassification",
+    "question-answering": "ORTModelForQuestionAnswering",
+    "multiple-choice": "ORTModelForMultipleChoice",
+    "text-generation": "ORTModelForCausalLM",
+    "text2text-generation": "ORTModelForSeq2SeqLM",
+    "image-classification": "ORTModelForImageClassification",
+    "image-segmentation": "ORTModelForSemanticSegmentation",
+    "image-to-text": "ORTModelForVision2Seq",
+    "zero-shot-image-classification": "ORTModelForZeroShotImageClassification",
+    "audio-classification": "ORTModelForAudioClassification",
+    "automatic-speech-recognition": "ORTModelForSpeechSeq2Seq",
+}
+# What each variant is, for the card's dtype table.
+VARIANT_NOTES = {
+    "fp32": "float32, graph-optimized",
+    "fp16": "float16 weights and compute, float32 inputs and outputs",
+    "int8": "8-bit dynamic quantization: int8 weights per channel, uint8 activations",
+    "uint8": "8-bit dynamic quantization: uint8 weights per channel, uint8 activations",
+    "q4": "4-bit weight-only quantization of the MatMuls (MatMulNBits, blocks of 32)",
+}
+
+
+def model_card(
+    c: Candidate,
+    repo_id: str,
+    *,
+    variants: Iterable[str] | None = None,
+    endpoint: str | None = None,
+    license: str | None = None,
+) -> str:
+    """The README.md text: Hub metadata, what was verified, how to load it; deterministic per candidate.
+
+    ``variants`` are the ones the repo holds (default: those that passed).
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    hub = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+    pipeline_tag = PIPELINE_TAGS.get((c.task or "").removesuffix("-with-past"))
+    from_hub = not is_local(c.source)
+    data = ModelCardData(
+        base_model=c.source if from_hub else None,
+        library_name="transformers.js",
+        pipeline_tag=pipeline_tag,
+        license=license,
+        tags=["onnx", "onnxruntime", "optimum", "transformers.js", "zoo-convert", *([c.model_type] if c.model_type else [])],
+    )
+    name = repo_id.split("/")[-1]
+    rev = (c.resolved_revision or "").split(":")[-1][:12]
+    origin = (
+        f"[`{c.source}`]({hub}/{c.source}) at revision `{rev}`"
+        if from_hub
+        else f"a local checkpoint `{Path(c.source).name}` (content hash `{rev}`)"
+    )
+    in_repo = set(variants) if variants is not None else {v.variant for v in c.variants if v.status == PASSED}
+    published = [v for v in c.variants if v.variant in in_repo]
+    dtypes = [d for v in published for d in JS_DTYPES.get(v.variant, ())] or ["fp32"]
+    lines = [
+        f"# {name}",
+        "",
+        f"ONNX export of {origin}, made with {c.exporter or 'optimum'} at opset {c.opset} by zoo_convert "
+        "and verified against PyTorch with ONNX Runtime before publishing.",
+        "",
+        "## Verification",
+        "",
+        "| variant | file | size | max abs error | tolerance | min cosine | ORT p50 | PyTorch p50 | speedup | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        *(
+            f"| {v.variant} | {f'`{v.file}`' if v.variant in in_repo else 'not published'} | {_mb(v.size_bytes)} "
+            f"| {_sci(v.max_abs)} | {_sci(c.tolerances.get(v.variant))} | {_fixed(v.min_cosine, 6)} "
+            f"| {_fixed(v.ort_p50_ms, 2, ' ms')} | {_fixed(v.torch_p50_ms, 2, ' ms')} | {_fixed(v.speedup, 2, 'x')} "
+            f"| {v.status} |"
+            for v in c.variants
+        ),
+        "",
+        f"Task `{c.task}`, model type `{c.model_type}`, verified {(c.finished_at or '')[:10]} with "
+        + ", ".join(f"{k} {v}" for k, v in sorted(c.versions.items()))
+        + ".",
+        "",
+        "## Usage",
+        "",
+        "With [Optimum](https://huggingface.co/docs/optimum-onnx) and ONNX Runtime:",
+        "",
+        "```python",
+        f"from optimum.onnxruntime import {ORT_CLASSES.get(pipeline_tag or '', 'ORTModel')}",
+        "",
+        f'model = {ORT_CLASSES.get(pipeline_tag or "", "ORTModel")}.from_pretrained("{repo_id}", subfolder="onnx")',
+        *(
+            f'# {v.variant}: file_name="{Path(v.file).name}"'
+            for v in published
+            if v.variant != "fp32" and v.file
+        ),
+        "```",
+        "",
+        "With [Transformers.js](https://huggingface.co/docs/transformers.js):",
+        "",
+        "```js",
+        "import { pipeline } from '@huggingface/transformers';",
+        "",
+        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
+        "```",
+        "",
+        "| `dtype` | file | variant |",
+        "|---|---|---|",
+        *(
+            f"| `'{d}'` | `{_named(v.file, v.variant, d)}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
+            for v in published
+            if v.file
+            for d in JS_DTYPES.get(v.variant, ())
+        ),
+        "",
+        *(
+            [f"`'{shared[0]}'` and `'{shared[1]}'` load the same graph: one file under two names.", ""]
+            if (shared := next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None))
+            else []
+        ),
+        *(
+            [
+                "With [sentence-transformers](https://sbert.net) (its modules are in the repo):",
+                "",
+                "```python",
+                "from sentence_transformers import SentenceTransformer",
+                "",
+                f'model = SentenceTransformer("{repo_id}", backend="onnx", model_kwargs={{"file_name": "onnx/model.onnx"}})',
+                "```",
+                "",
+            ]
+            if c.artifacts_dir and Path(c.artifacts_dir, "modules.json").is_file()
+            else []
+        ),
+    ]
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+    return str(card)
+
+
+def _named(file: str, variant: str, dtype: str) -> str:
+    """The recorded file of a variant (``onnx/model_quantized.onnx``) under another dtype's name (``onnx/model_int8.onnx``)."""
+    path = Path(file)
+    stem = path.name.removesuffix(".onnx").removesuffix(JS_SUFFIXES[JS_DTYPES[variant][0]])
+    return (path.parent / f"{stem}{JS_SUFFIXES[dtype]}.onnx").as_posix()
+
+
+def _mb(n: int | None) -> str:
+    return f"{n / 1e6:.2f} MB" if n is not None else "-"
+
+
+def _sci(x: float | None) -> str:
+    return f"{x:.2e}" if x is not None else "-"
+
+
+def _fixed(x: float | None, digits: int, unit: str = "") -> str:
+    return f"{x:.{digits}f}{unit}" if x is not None else "-"

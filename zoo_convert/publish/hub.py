@@ -1,0 +1,170 @@
+"""The Hub calls publishing makes, each retried after a 429, a 5xx or a connection error.
+
+Every request also draws from the process's Hub request budget once one is installed
+(:mod:`zoo_convert.hub_budget`, as the CLI does), which paces them, pauses every caller
+after a 429 and sends a refused read again itself; the retries here cover what it
+cannot send twice (a commit's streamed body) and the Hub's own hiccups.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import PublishError, UsageError
+from ..hub_budget import retry_after
+from ..sources import is_local
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+class HubClient:
+    """One token on one Hub endpoint.
+
+    Attributes:
+        endpoint: the Hub URL (huggingface_hub's default when None was given).
+        max_retries: retries of one call after a 429, a 5xx or a connection error.
+        backoff_s / max_backoff_s: first and largest wait between retries without Retry-After.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None,
+        token: str | None,
+        *,
+        max_retries: int = 8,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 600.0,
+    ) -> None:
+        from huggingface_hub import HfApi
+
+        self.api = HfApi(endpoint=endpoint, token=token or False)
+        self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+        self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
+        self._token = token
+
+    def check_token(self) -> str:
+        """The token's user name, in one request; a token the Hub refuses, or a read-only one, stops here."""
+        import requests
+
+        try:
+            me = self.retry(lambda: self.api.whoami(), "check the token")
+        except requests.HTTPError as exc:  # whoami raises a plain HTTPError for a 401
+            status = exc.response.status_code if exc.response is not None else None
+            if status in (401, 403):
+                raise UsageError(
+                    f"the Hub at {self.endpoint} refuses the token (HTTP {status}); "
+                    "pass a valid write token with --token or HF_TOKEN"
+                ) from None
+            raise PublishError(f"cannot check the token at {self.endpoint}: HTTP {status}") from None
+        role = ((me.get("auth") or {}).get("accessToken") or {}).get("role")
+        if role == "read":
+            raise UsageError(f"the token of {me.get('name')} is read-only; publishing needs a write token")
+        return str(me.get("name"))
+
+    def create_repo(self, repo_id: str, *, private: bool) -> None:
+        """Create the repo unless it exists (an existing repo keeps its visibility)."""
+        self.retry(lambda: self.api.create_repo(repo_id, private=private, exist_ok=True), f"create {repo_id}")
+
+    def remote_files(self, repo_id: str) -> tuple[str, dict[str, Any]]:
+        """The head sha and path -> sibling (size, blob id, LFS sha256) of the repo's main branch."""
+        info = self.retry(lambda: self.api.model_info(repo_id, files_metadata=True), f"read {repo_id}")
+        return info.sha, {s.rfilename: s for s in info.siblings or ()}
+
+    def commit(self, repo_id: str, operations: list[Any], message: str, parent: str | None) -> str:
+        """One commit on main whose parent must still be ``parent`` (a concurrent push answers 412)."""
+        return self.retry(lambda: self._commit(repo_id, operations, message, parent), f"commit to {repo_id}")
+
+    def license_of(self, source: str, revision: str | None, artifacts_dir: str | None) -> str | None:
+        """The source's license from its model card (hub id or local folder), then its config.json."""
+        import json
+
+        from huggingface_hub import ModelCard
+
+        found: Any = None
+        try:
+            if is_local(source):
+                readme = Path(source, "README.md")
+                found = ModelCard.load(readme).data.license if readme.is_file() else None
+            else:
+                info = self.retry(lambda: self.api.model_info(source, revision=revision), f"read {source}")
+                found = info.card_data.license if info.card_data else None
+        except Exception as exc:  # noqa: BLE001 - a missing license must not block publishing
+            log.debug("no license for %s: %s", source, type(exc).__name__)
+        if found is None and artifacts_dir and Path(artifacts_dir, "config.json").is_file():
+            found = json.loads(Path(artifacts_dir, "config.json").read_text()).get("license")
+        return found if isinstance(found, str) else None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the token blanked out."""
+        return text.replace(self._token, "***") if self._token else text
+
+    def retry(self, fn: Callable[[], T], what: str) -> T:
+        """Call ``fn``; after a 429, 5xx or connection error wait (Retry-After first) and call again."""
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                wait = self._retry_wait(exc, attempt)
+                if wait is None or attempt >= self.max_retries:
+                    raise
+                attempt += 1
+                log.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _reason(exc), wait, attempt, self.max_retries)
+                time.sleep(wait)
+
+    def _commit(self, repo_id: str, operations: list[Any], message: str, parent: str | None) -> str:
+        from huggingface_hub import CommitOperationAdd
+
+        # The client asks the LFS batch endpoint about every addition at once, so a file added
+        # under two names (model_quantized.onnx = model_int8.onnx) would be uploaded twice. Upload
+        # one of each content first: the commit then finds the others' content already there.
+        adds = [op for op in operations if isinstance(op, CommitOperationAdd)]
+        firsts = {op.upload_info.sha256: op for op in reversed(adds)}
+        if len(firsts) < len(adds):  # preupload skips what an earlier attempt uploaded
+            self.api.preupload_lfs_files(repo_id, list(firsts.values()))
+        try:
+            return str(self.api.create_commit(repo_id, operations, commit_message=message, parent_commit=parent).oid)
+        except ValueError as exc:
+            # huggingface_hub < 1.3.3 parses the returned commit URL against HF_ENDPOINT instead of
+            # api.endpoint and raises after the commit landed (fixed upstream in huggingface_hub#3679).
+            if "Unable to retrieve user and repo ID" not in str(exc):
+                raise
+            return str(self.api.model_info(repo_id).sha)
+
+    def _retry_wait(self, exc: BaseException, attempt: int) -> float | None:
+        """Seconds to wait before retrying, or None when the error is not worth retrying."""
+        import requests
+
+        backoff = min(self.backoff_s * 2**attempt, self.max_backoff_s)
+        # The client wraps an upload thread's error in a RuntimeError; look down the cause chain.
+        seen: BaseException | None = exc
+        while seen is not None:
+            response = getattr(seen, "response", None)
+            if isinstance(seen, requests.HTTPError) and response is not None:
+                status = response.status_code
+                if status != 429 and status < 500:
+                    return None
+                after = retry_after(response.headers)
+                return min(after, self.max_backoff_s) if after is not None else backoff
+            if isinstance(seen, (requests.ConnectionError, requests.Timeout)):
+                return backoff
+            seen = seen.__cause__
+        return None
+
+
+def _reason(exc: BaseException) -> str:
+    seen: BaseException | None = exc
+    while seen is not None:
+        # A requests.Response is falsy for error statuses: compare with None, never rely on truthiness.
+        response = getattr(seen, "response", None)
+        if response is not None:
+            return f"HTTP {response.status_code}"
+        seen = seen.__cause__
+    return type(exc).__name__

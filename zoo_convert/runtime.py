@@ -1,0 +1,419 @@
+"""Running a model both ways: ONNX Runtime sessions, generated inputs, the PyTorch reference.
+
+verify and benchmark both run each component on the same inputs in ONNX Runtime
+and in PyTorch; optimize runs candidate graphs in ONNX Runtime. This module owns
+what they share:
+
+* :func:`ort_session`: a session with the job's thread budget, on the requested
+  execution providers this onnxruntime build has (a GPU row on a CPU-only build
+  runs on the CPU rather than failing).
+* :func:`cases`: a component's inputs at one (batch, sequence) shape, from its
+  optimum OnnxConfig (the generators optimum's own validation uses), with real
+  tokenized English in place of random ids when the checkpoint ships a tokenizer
+  (random ids understate quantization error), and the PyTorch outputs for them. A
+  merged decoder is two graphs in one: one :class:`Case` per :class:`Branch`.
+* :class:`RuntimeCache`: the per-job memo on ``ExportedModel.cache``, so verifying
+  and benchmarking several variants never repeats a forward pass or a session load.
+* :class:`ModuleState`: the torch model as loaded, put back before every reference
+  forward. Some models rebuild themselves on a forward (BigBird switches to full
+  attention for good on an input too short for block-sparse attention, and the
+  export's short dummy input is one): the reference must be the model a user
+  loads, not the one the export or a shorter input left behind.
+
+optimum's dummy generators draw from the global python, numpy and torch random
+generators; :func:`seeded` pins them per shape and puts them back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import shapes
+from .errors import VerifyError, is_our_bug
+from .records import Settings
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    from onnxruntime import InferenceSession
+    from optimum.exporters.onnx import OnnxConfig
+    from transformers import PreTrainedTokenizerBase
+
+    from .stages import Artifact, Component, ExportedModel
+
+CPU = ("CPUExecutionProvider",)
+# Fixed text, so every run and every variant sees the same tokens.
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "ONNX Runtime executes exported transformer models on many kinds of hardware.",
+    "She sells sea shells by the sea shore, and the shells she sells are surely seashells.",
+    "In 1969, two astronauts walked on the Moon while millions watched on television.",
+    "Please translate this sentence into French before the meeting starts tomorrow.",
+)
+_ORT_FLOAT = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+
+
+class Branch(str, Enum):
+    """Which graph of a component a case runs: the whole graph, or one branch of a merged decoder."""
+
+    WHOLE = ""
+    NO_CACHE = "no-cache"  # the first decoding step: no past yet
+    CACHE = "cache"  # every later step: the past of the steps before
+
+
+@dataclass
+class Case:
+    """One component's inputs at one shape, and PyTorch's outputs for them.
+
+    Attributes:
+        label: the shape label recorded in OutputCheck.shape: batch x length (tokens; the
+            frames or samples of an audio encoder), and the branch (``3x19``, ``1x7/cache``).
+        branch: which graph of the component it runs.
+        torch_inputs: keyword arguments of the torch module's forward.
+        feed: ONNX Runtime inputs by graph input name (fp32 / int64 numpy).
+        reference: PyTorch outputs by ONNX output name.
+        outputs: the graph outputs this case checks (a merged decoder's cache branch
+            passes the constant cross-attention cache through unchecked, as optimum does).
+        config: the OnnxConfig (branch) that generated it; its patcher wraps the torch module.
+    """
+
+    label: str
+    branch: Branch
+    torch_inputs: dict[str, Any]
+    feed: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    outputs: tuple[str, ...]
+    config: OnnxConfig
+
+
+# (graph file, intra-op threads, providers)
+SessionKey = tuple[str, int, tuple[str, ...]]
+# (component, *sorted dummy-generator shape arguments): the shape as fed
+CaseKey = tuple[str | tuple[str, int], ...]
+
+
+@dataclass
+class RuntimeCache:
+    """What one job's verify and benchmark stages share; lives on ``ExportedModel.cache``, never recorded.
+
+    Attributes:
+        sessions: ONNX Runtime sessions by graph file, threads and providers.
+        cases: inputs and PyTorch outputs per component and shape, one Case per branch.
+        graph_inputs: the fed inputs of each component's fp32 graph, by component name.
+        tokenizer: the checkpoint's tokenizer, None when it has no usable one.
+        tokenizer_loaded: whether ``tokenizer`` was looked for yet.
+    """
+
+    sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
+    cases: dict[CaseKey, dict[Branch, Case]] = field(default_factory=dict)
+    graph_inputs: dict[str, list[onnx.ValueInfoProto]] = field(default_factory=dict)
+    tokenizer: PreTrainedTokenizerBase | None = None
+    tokenizer_loaded: bool = False
+
+
+class ModuleState:
+    """A torch module tree's Python-level state (attributes, child modules, parameter and buffer slots).
+
+    :meth:`restore` puts back what a forward pass replaced: swapped submodules,
+    re-registered buffers, switched flags. Tensors are shared, not copied, so it
+    costs a few dicts per module; a tensor changed in place stays changed.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._saved = [
+            (m, dict(vars(m)), dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in module.modules()
+        ]
+
+    def restore(self) -> None:
+        for module, attrs, modules, parameters, buffers in self._saved:
+            state = vars(module)
+            state.clear()
+            state.update(attrs, _modules=dict(modules), _parameters=dict(parameters), _buffers=dict(buffers))
+
+
+def ort_session(
+    path: Path, *, threads: int, providers: Sequence[str] = CPU, optimize: bool = True
+) -> InferenceSession:
+    """A new ONNX Runtime session on ``threads`` intra-op threads; ``optimize=False`` runs the graph as written."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    available = ort.get_available_providers()
+    usable = [p for p in providers if p in available] or list(CPU)
+    return ort.InferenceSession(str(path), sess_options=opts, providers=usable)
+
+
+def session_for(exported: ExportedModel, artifact: Artifact, comp: Component, settings: Settings) -> InferenceSession:
+    """The (memoized) session of ``comp`` in ``artifact``, on the settings' threads and providers."""
+    path = artifact.files.get(comp.name)
+    if path is None:
+        raise VerifyError(f"{artifact.variant} artifact has no graph for component {comp.name!r}")
+    sessions = exported.cache.sessions
+    key = (str(path), settings.threads, tuple(settings.providers))
+    if key not in sessions:
+        try:
+            sessions[key] = ort_session(path, threads=settings.threads, providers=settings.providers)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            if is_our_bug(exc):
+                raise
+            raise VerifyError(f"ONNX Runtime cannot load {Path(path).name}: {exc}") from exc
+    return sessions[key]
+
+
+def cases(
+    exported: ExportedModel, comp: Component, batch: int, seq: int, settings: Settings, *, audio_samples: int
+) -> dict[Branch, Case]:
+    """Inputs and PyTorch outputs of ``comp`` at one shape, one Case per branch (memoized by the shape as fed).
+
+    ``seq`` is capped by the position table; ``audio_samples`` become the frames
+    a filterbank model's extractor makes of them (:mod:`zoo_convert.shapes`).
+    """
+    if comp.onnx_config is None or comp.torch_module is None:
+        raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
+    kwargs = shape_kwargs(exported.checkpoint.path, comp.onnx_config, batch, seq, audio_samples)
+    memo = exported.cache.cases
+    # Keyed by what is fed: a whisper encoder sees the same 30 s at every requested length.
+    key = (comp.name, *sorted(kwargs.items()))
+    if key not in memo:
+        memo[key] = {
+            branch: _make_case(exported, comp, config, branch, outputs, kwargs, settings)
+            for branch, config, outputs in _branches(comp.onnx_config)
+        }
+    return memo[key]
+
+
+def _branches(config: OnnxConfig) -> list[tuple[Branch, OnnxConfig, tuple[str, ...]]]:
+    """(branch, config, outputs to check) per branch: a merged decoder is two graphs in one."""
+    if not getattr(config, "is_merged", False):
+        return [(Branch.WHOLE, config, tuple(config.outputs))]
+    no_cache = copy.copy(config)
+    no_cache.use_cache_branch = False
+    with_cache = copy.copy(config)
+    with_cache.use_cache_branch = True
+    # The cache branch's outputs are those of the decoder-with-past graph before
+    # merging; the merge pads the rest (the constant cross-attention cache) with placeholders.
+    unmerged = copy.copy(config)
+    unmerged.is_merged = False
+    return [(Branch.NO_CACHE, no_cache, tuple(config.outputs)), (Branch.CACHE, with_cache, tuple(unmerged.outputs))]
+
+
+def _clamp_sequence(config: OnnxConfig, seq: int) -> int:
+    """Keep sequence (+ an equally long past) within the model's position table."""
+    model_config = getattr(config, "_config", None)
+    # Multimodal configs (CLIP, OWL-ViT) keep the text position table in text_config.
+    scopes = [model_config, getattr(model_config, "text_config", None)]
+    limits = [
+        getattr(scope, name)
+        for scope in scopes
+        for name in ("n_positions", "max_position_embeddings", "max_target_positions")
+        if isinstance(getattr(scope, name, None), int)
+    ]
+    if not limits:
+        return seq
+    limit = min(limits) // (2 if getattr(config, "use_past_in_inputs", False) else 1)
+    return max(1, min(seq, limit))
+
+
+def _make_case(
+    exported: ExportedModel,
+    comp: Component,
+    config: OnnxConfig,
+    branch: Branch,
+    outputs: tuple[str, ...],
+    kwargs: dict[str, int],
+    settings: Settings,
+) -> Case:
+    import torch
+
+    with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]):
+        inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
+        label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
+        _use_real_text(exported, config, inputs)
+        torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
+        if comp.as_loaded is not None:
+            comp.as_loaded.restore()
+        try:
+            patched = config.patch_model_for_export(comp.torch_module)
+            with torch_threads(settings.threads), patched, torch.inference_mode():
+                result = comp.torch_module(**copy.deepcopy(torch_inputs))
+        except Exception as exc:  # noqa: BLE001 - any PyTorch failure is a verify error
+            if is_our_bug(exc):
+                raise
+            raise VerifyError(f"PyTorch forward of {comp.name} at {label} failed: {type(exc).__name__}: {exc}") from exc
+        onnx_names = [i.name for i in graph_inputs(exported, comp)]
+        feed_inputs = config.generate_dummy_inputs_for_validation(dict(inputs), onnx_names)
+    feed = _flatten_inputs(config, feed_inputs)
+    return Case(label, branch, torch_inputs, feed, _flatten_outputs(config, result), outputs, config)
+
+
+def _length(config: OnnxConfig, inputs: dict[str, Any], kwargs: dict[str, int]) -> int:
+    """The length a shape label shows: tokens, or the frames / samples an audio encoder was fed."""
+    audio = shapes.audio_input(config)
+    if audio is None or shapes.has_text(config) or audio not in inputs:
+        return kwargs["sequence_length"]
+    axis = shapes.time_axis(config, audio)
+    return int(inputs[audio].shape[axis]) if axis is not None else kwargs["audio_sequence_length"]
+
+
+def graph_inputs(exported: ExportedModel, comp: Component) -> list[onnx.ValueInfoProto]:
+    """Fed inputs of the fp32 graph as exported (all variants share its input names)."""
+    from . import onnx_graph
+
+    memo = exported.cache.graph_inputs
+    if comp.name not in memo:
+        memo[comp.name] = onnx_graph.inputs(comp.path)
+    return memo[comp.name]
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Pin the python, numpy and torch global generators, and restore their states on the way out."""
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+
+
+def processor_shapes(folder: Path) -> dict[str, int]:
+    """Dummy-input shapes the checkpoint's processor config fixes (image size, mel frames and bins)."""
+    conf = shapes.preprocessor_config(folder)
+    found = {k: conf[k] for k in ("nb_max_frames", "feature_size") if isinstance(conf.get(k), int)}
+    size = conf.get("crop_size") if conf.get("do_center_crop") else None
+    size = size or conf.get("size")
+    if isinstance(size, int):
+        found.update(height=size, width=size)
+    elif isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
+        found.update(height=size["height"], width=size["width"])
+    elif isinstance(size, dict) and isinstance(size.get("shortest_edge"), int):
+        found.update(height=size["shortest_edge"], width=size["shortest_edge"])
+    return found
+
+
+def shape_kwargs(folder: Path, config: OnnxConfig, batch: int, seq: int, audio_samples: int) -> dict[str, int]:
+    """optimum's dummy-generator shape arguments for ``config`` of the checkpoint in ``folder``, at one shape.
+
+    Tokens are capped by the position table; image size and whisper's mel frames
+    come from the checkpoint's processor; a filterbank model gets the frames its
+    extractor makes of ``audio_samples``, a raw-audio model the samples.
+    """
+    kwargs = {
+        "batch_size": batch,
+        "sequence_length": _clamp_sequence(config, seq),
+        "audio_sequence_length": audio_samples,
+        **processor_shapes(folder),
+    }
+    audio = shapes.audio_input(config)
+    if audio == "input_features":
+        kwargs["audio_sequence_length"] = kwargs.get("nb_max_frames") or shapes.filterbank_frames(
+            audio_samples, folder, config._config
+        )
+    if audio is not None and not shapes.has_text(config):
+        # An audio encoder's other inputs (Speech2Text's attention mask) run along its audio.
+        kwargs["sequence_length"] = kwargs["audio_sequence_length"]
+    return kwargs
+
+
+def _use_real_text(exported: ExportedModel, config: OnnxConfig, inputs: dict[str, Any]) -> None:
+    """Overwrite token-id inputs with real tokenized text, keeping every shape as generated."""
+    tokenizer = _tokenizer(exported)
+    if tokenizer is None:
+        return
+    vocab = getattr(getattr(config, "_normalized_config", None), "vocab_size", None)
+    stream = [t for s in SENTENCES for t in tokenizer(s)["input_ids"]]
+    if not stream or (isinstance(vocab, int) and max(stream) >= vocab):
+        return  # a tokenizer that does not match the model: keep optimum's ids
+    for name in ("input_ids", "decoder_input_ids"):
+        ids = inputs.get(name)
+        if ids is None or ids.dim() != 2 or ids.dtype.is_floating_point:
+            continue
+        rows, length = ids.shape
+        # Each row is a different window of the text, wrapping around, so no row is padding.
+        table = [[stream[(r * 7 + i) % len(stream)] for i in range(length)] for r in range(rows)]
+        inputs[name] = ids.new_tensor(table)
+
+
+def _tokenizer(exported: ExportedModel) -> PreTrainedTokenizerBase | None:
+    cache = exported.cache
+    if not cache.tokenizer_loaded:
+        from transformers import AutoTokenizer
+
+        ckpt = exported.checkpoint
+        try:
+            cache.tokenizer = AutoTokenizer.from_pretrained(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
+        except Exception:  # noqa: BLE001 - no usable tokenizer means optimum's random ids
+            cache.tokenizer = None
+        cache.tokenizer_loaded = True
+    return cache.tokenizer
+
+
+def _flatten_inputs(config: OnnxConfig, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Nested past_key_values become past_key_values.N.key/value, as named in the graph."""
+    feed: dict[str, np.ndarray] = {}
+    for name, value in inputs.items():
+        if isinstance(value, (list, tuple)):
+            value = config.flatten_output_collection_property(name, value)
+        if isinstance(value, dict):
+            feed.update({k: v.detach().cpu().numpy() for k, v in value.items()})
+        else:
+            feed[name] = value.detach().cpu().numpy()
+    return feed
+
+
+def _flatten_outputs(config: OnnxConfig, outputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """PyTorch outputs under their ONNX names (past_key_values -> present.N.key/value), as optimum validates."""
+    flat: dict[str, np.ndarray] = {}
+    to_onnx = config.torch_to_onnx_output_map
+    for name, value in outputs.items():
+        name = "present" if name == "past_key_values" else name
+        if isinstance(value, (list, tuple)):
+            value = config.flatten_output_collection_property(to_onnx.get(name, name), value)
+            flat.update({k: v.detach().float().cpu().numpy() for k, v in value.items()})
+        elif hasattr(value, "detach"):
+            flat[to_onnx.get(name, name)] = value.detach().float().cpu().numpy()
+    return flat
+
+
+def feed_for(session: InferenceSession, case: Case, comp: Component) -> dict[str, np.ndarray]:
+    """The case's inputs for ``session``, cast to its declared float types (fp16 graphs without fp32 IO)."""
+    feed = {}
+    for spec in session.get_inputs():
+        if spec.name not in case.feed:
+            raise VerifyError(f"{comp.name}: graph input {spec.name!r} has no generated value at {case.label}")
+        value = case.feed[spec.name]
+        target = _ORT_FLOAT.get(spec.type)
+        feed[spec.name] = value.astype(target) if target is not None and value.dtype != target else value
+    return feed
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run PyTorch with ``n`` intra-op threads, restoring the previous setting afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,228 @@
+"""Building the zoo: seeded checkpoints with their preprocessing files, and the manifest."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import UsageError
+from ..manifest import SCHEMA
+from .catalogue import CTC_VOCAB, IMAGE_SIZE, TASK_CLASSES, WHISPER_FRAMES, ZOO, ZooModel
+from .tokenizers import make_tokenizer
+
+# The demo builds the zoo here; manifests/zoo.parquet points at it from manifests/.
+REPO_MANIFEST_PREFIX = "../build/demo/zoo"
+
+
+def build(
+    out_dir: str | Path, only: Iterable[str] | None = None, models: Sequence[ZooModel] = ZOO
+) -> Path:
+    """Build the zoo (or the ``only`` named models) into ``out_dir``; returns the manifest path."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the tokenizer classes' "legacy behaviour" notices say nothing about our files
+    chosen = select(only, models)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for spec in chosen:
+        build_model(spec, out / spec.name)
+    path = out / "manifest.parquet"
+    pq.write_table(manifest_table(chosen), path)
+    return path
+
+
+def select(only: Iterable[str] | None, models: Sequence[ZooModel] = ZOO) -> list[ZooModel]:
+    """The models named in ``only`` (all when None), in zoo order; unknown names are a usage error."""
+    if only is None:
+        return list(models)
+    wanted = set(only)
+    unknown = wanted - {m.name for m in models}
+    if unknown:
+        raise UsageError(f"unknown zoo model(s): {', '.join(sorted(unknown))}; the zoo has {', '.join(m.name for m in models)}")
+    return [m for m in models if m.name in wanted]
+
+
+def manifest_table(models: Sequence[ZooModel], prefix: str = "") -> pa.Table:
+    """The manifest rows of ``models``; sources are ``prefix/name`` (just ``name`` without a prefix)."""
+    rows = [
+        {
+            "source": f"{prefix.rstrip('/')}/{m.name}" if prefix else m.name,
+            "task": m.task,
+            "revision": None,
+            "opsets": None,
+            "exporter": "optimum",
+            "variants": ["fp32", "fp16", "int8"],
+            "timeout_s": None,
+            "memory_gb": None,
+            "gpu": False,
+            "allow_remote_code": False,
+            "allow_pickle": False,
+            "priority": 0,
+            "tags": m.tags,
+        }
+        for m in models
+    ]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def write_repo_manifest(path: str | Path = "manifests/zoo.parquet") -> None:
+    """Write the committed manifest that points at the zoo ``make demo`` builds."""
+    pq.write_table(manifest_table(ZOO, REPO_MANIFEST_PREFIX), path)
+
+
+def build_model(spec: ZooModel, folder: Path) -> None:
+    """Write one seeded checkpoint with its preprocessing files into ``folder``."""
+    import torch
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config_kwargs = dict(spec.config)
+    tokenizer = None
+    if spec.tokenizer is not None:
+        tokenizer = make_tokenizer(spec.tokenizer)
+        ids = {f"{role[: -len('_token')]}_token_id": tok for role, tok in spec.tokenizer.roles.items()}
+        ids = {k: v for k, v in ids.items() if k in ("pad_token_id", "bos_token_id", "eos_token_id")}
+        text = {"vocab_size": len(tokenizer), **{k: tokenizer.convert_tokens_to_ids(t) for k, t in ids.items()}}
+        if "text_config" in config_kwargs:  # two-tower models: the tokenizer feeds the text tower
+            config_kwargs["text_config"] = {**config_kwargs["text_config"], **text}
+        else:
+            config_kwargs.update(text)
+        config_kwargs.update({k: tokenizer.convert_tokens_to_ids(t) for k, t in spec.token_ids.items()})
+    config = transformers.AutoConfig.for_model(spec.model_type, **config_kwargs)
+    torch.manual_seed(model_seed(spec.name))
+    cls = getattr(transformers, spec.model_class or TASK_CLASSES[spec.task])
+    model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    if spec.processor is not None:
+        _PROCESSORS[spec.processor](config, tokenizer).save_pretrained(folder)
+    if spec.sentence_transformers:
+        _write_sentence_transformers(folder, config.hidden_size)
+
+
+def model_seed(name: str) -> int:
+    """The torch seed of one model: fixed by its name, so adding or reordering models changes nothing else."""
+    return zlib.crc32(name.encode())
+
+
+def image_size(config: Any) -> int:
+    """The image side a model's config asks for (its vision tower's, in two-tower models)."""
+    vision = getattr(config, "vision_config", config)
+    size = getattr(vision, "image_size", IMAGE_SIZE)
+    return size[0] if isinstance(size, (list, tuple)) else size
+
+
+def _vit_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import ViTImageProcessor
+
+    size = image_size(config)
+    return ViTImageProcessor(size={"height": size, "width": size})
+
+
+def _convnext_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import ConvNextImageProcessor
+
+    return ConvNextImageProcessor(size={"shortest_edge": image_size(config)})
+
+
+def _segformer_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import SegformerImageProcessor
+
+    return SegformerImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+
+
+def _detr_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import DetrImageProcessor
+
+    return DetrImageProcessor(size={"shortest_edge": IMAGE_SIZE, "longest_edge": IMAGE_SIZE})
+
+
+def _clip_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import CLIPImageProcessor, CLIPProcessor
+
+    size = image_size(config)
+    image = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    return CLIPProcessor(image_processor=image, tokenizer=tokenizer)
+
+
+def _owlvit_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import OwlViTImageProcessor, OwlViTProcessor
+
+    size = image_size(config)
+    image = OwlViTImageProcessor(size={"height": size, "width": size}, crop_size={"height": size, "width": size})
+    return OwlViTProcessor(image_processor=image, tokenizer=tokenizer)
+
+
+def _wav2vec2_extractor(config: Any, tokenizer: Any) -> Any:
+    from transformers import Wav2Vec2FeatureExtractor
+
+    return Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, return_attention_mask=True)
+
+
+def _wav2vec2_ctc_processor(config: Any, tokenizer: Any) -> Any:
+    import tempfile
+
+    from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2Processor
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp, "vocab.json")
+        vocab_file.write_text(json.dumps({t: i for i, t in enumerate(CTC_VOCAB)}))
+        ctc = Wav2Vec2CTCTokenizer(str(vocab_file), word_delimiter_token="|")
+    return Wav2Vec2Processor(feature_extractor=_wav2vec2_extractor(config, None), tokenizer=ctc)
+
+
+def _whisper_processor(config: Any, tokenizer: Any) -> Any:
+    from transformers import WhisperFeatureExtractor, WhisperProcessor
+
+    extractor = WhisperFeatureExtractor(
+        feature_size=config.num_mel_bins, chunk_length=WHISPER_FRAMES * 160 // 16000, hop_length=160
+    )
+    return WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer)
+
+
+def _speech2text_extractor(config: Any, tokenizer: Any) -> Any:
+    from transformers import Speech2TextFeatureExtractor
+
+    bins = config.input_feat_per_channel
+    return Speech2TextFeatureExtractor(feature_size=bins, num_mel_bins=bins, sampling_rate=16000)
+
+
+_PROCESSORS = {
+    "vit": _vit_processor,
+    "convnext": _convnext_processor,
+    "segformer": _segformer_processor,
+    "detr": _detr_processor,
+    "clip": _clip_processor,
+    "owlvit": _owlvit_processor,
+    "wav2vec2": _wav2vec2_extractor,
+    "wav2vec2-ctc": _wav2vec2_ctc_processor,
+    "whisper": _whisper_processor,
+    "speech2text": _speech2text_extractor,
+}
+
+
+def _write_sentence_transformers(folder: Path, dim: int) -> None:
+    """The module files that make sentence-transformers (and library detection) see this folder as its own."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    files = {
+        "modules.json": modules,
+        "sentence_bert_config.json": {"max_seq_length": 128, "do_lower_case": False},
+        "config_sentence_transformers.json": {"__version__": {"sentence_transformers": "3.0.1"}},
+        "1_Pooling/config.json": {"word_embedding_dimension": dim, "pooling_mode_mean_tokens": True},
+    }
+    for name, content in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(content, indent=2) + "\n")
+    (folder / "2_Normalize").mkdir(exist_ok=True)

@@ -1,0 +1,481 @@
+"""The zoo's catalogue: one :class:`ZooModel` per tiny checkpoint, in :data:`ZOO`.
+
+To add a model, append a ``ZooModel`` to ``ZOO`` (sizes kept tiny: hidden size 32,
+2 layers), then regenerate ``manifests/zoo.parquet`` with ``zoo.write_repo_manifest()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tokenizers import (
+    TokenizerSpec,
+    bert_bytelevel,
+    bert_unigram,
+    clip_bpe,
+    gpt2_bpe,
+    llama_bpe,
+    roberta_bpe,
+    roberta_unigram,
+    t5_unigram,
+    whisper_bpe,
+    wordpiece,
+)
+
+IMAGE_SIZE = 32
+# Whisper's encoder takes a fixed number of mel frames; optimum's dummy input has 3000 (30 s at hop 160).
+WHISPER_FRAMES = 3000
+WHISPER_MEL_BINS = 16
+# Filterbank channels of the Speech2Text-style model (its extractor's num_mel_bins).
+FBANK_BINS = 16
+# Character vocabulary of the CTC head (wav2vec2).
+CTC_VOCAB = ("<pad>", "<s>", "</s>", "<unk>", "|", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ'")
+
+# The auto class each task loads in optimum; weights are saved for that head so
+# the exporter loads them without initialising anything at random.
+TASK_CLASSES = {
+    "feature-extraction": "AutoModel",
+    "fill-mask": "AutoModelForMaskedLM",
+    "text-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "multiple-choice": "AutoModelForMultipleChoice",
+    "text-generation-with-past": "AutoModelForCausalLM",
+    "text2text-generation-with-past": "AutoModelForSeq2SeqLM",
+    "automatic-speech-recognition-with-past": "AutoModelForSpeechSeq2Seq",
+    "automatic-speech-recognition": "AutoModelForCTC",
+    "audio-classification": "AutoModelForAudioClassification",
+    "image-classification": "AutoModelForImageClassification",
+    "object-detection": "AutoModelForObjectDetection",
+    "semantic-segmentation": "AutoModelForSemanticSegmentation",
+    "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
+    "zero-shot-object-detection": "AutoModelForZeroShotObjectDetection",
+}
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One tiny checkpoint of the zoo.
+
+    Attributes:
+        name: folder name under the zoo directory.
+        family: encoder, decoder, encoder-decoder, vision, audio or multimodal.
+        task: the optimum task it is exported with.
+        model_type: the transformers ``model_type`` of its config.
+        config: config arguments (sizes kept tiny).
+        tokenizer: the tokenizer to build, for text models.
+        processor: which image processor / feature extractor to save (see ``_PROCESSORS``).
+        token_ids: config key -> special token, resolved to that token's id.
+        model_class: transformers class to instantiate; default is the task's auto class.
+        sentence_transformers: also write the sentence-transformers module files.
+    """
+
+    name: str
+    family: str
+    task: str
+    model_type: str
+    config: dict[str, Any]
+    tokenizer: TokenizerSpec | None = None
+    processor: str | None = None
+    token_ids: dict[str, str] = field(default_factory=dict)
+    model_class: str | None = None
+    sentence_transformers: bool = False
+
+    @property
+    def tags(self) -> list[str]:
+        """The manifest tags: ``zoo``, the family and the model type."""
+        tags = ["zoo", f"family:{self.family}", f"model_type:{self.model_type}"]
+        return tags + (["library:sentence_transformers"] if self.sentence_transformers else [])
+
+
+# Every transformer in the zoo: hidden size 32, 2 layers of 2 heads.
+_LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+_ENC = dict(_LAYERS, max_position_embeddings=128)
+# Position ids of roberta-likes start after the padding index.
+_ROBERTA_ENC = dict(_ENC, max_position_embeddings=130)
+_DEC = dict(_ENC, num_key_value_heads=1)
+_VIT = dict(_LAYERS, image_size=IMAGE_SIZE, patch_size=8)
+_BART = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=128,
+)
+# A real wav2vec2's feature encoder strides 320 samples (50 frames a second); so does this
+# one, so that 10 s of audio (verify's long shape) stays 500 frames, not a 16,000-frame attention.
+_SPEECH = dict(
+    _LAYERS,
+    conv_dim=(16, 16, 16),
+    conv_stride=(5, 8, 8),
+    conv_kernel=(10, 8, 8),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+)
+_TINY_RESNET = dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
+
+ZOO: tuple[ZooModel, ...] = (
+    # text encoders
+    ZooModel("bert", "encoder", "fill-mask", "bert", _ENC, wordpiece()),
+    ZooModel(
+        "distilbert",
+        "encoder",
+        "text-classification",
+        "distilbert",
+        dict(dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=128),
+        wordpiece("DistilBertTokenizerFast"),
+    ),
+    ZooModel("roberta", "encoder", "token-classification", "roberta", _ROBERTA_ENC, roberta_bpe()),
+    ZooModel(
+        "deberta-v2", "encoder", "question-answering", "deberta-v2", _ENC, bert_unigram("DebertaV2TokenizerFast")
+    ),
+    ZooModel(
+        "xlm-roberta",
+        "encoder",
+        "feature-extraction",
+        "xlm-roberta",
+        _ROBERTA_ENC,
+        roberta_unigram("XLMRobertaTokenizerFast"),
+    ),
+    ZooModel(
+        "modernbert",
+        "encoder",
+        "fill-mask",
+        "modernbert",
+        {**_ENC, "local_attention": 16, "global_attn_every_n_layers": 2},
+        bert_bytelevel("PreTrainedTokenizerFast"),
+        token_ids={"cls_token_id": "[CLS]", "sep_token_id": "[SEP]"},
+    ),
+    ZooModel(
+        "electra",
+        "encoder",
+        "text-classification",
+        "electra",
+        {**_ENC, "embedding_size": 16},
+        wordpiece("ElectraTokenizerFast"),
+    ),
+    ZooModel(
+        "albert",
+        "encoder",
+        "multiple-choice",
+        "albert",
+        {**_ENC, "embedding_size": 16},
+        bert_unigram("AlbertTokenizerFast"),
+    ),
+    ZooModel(
+        "camembert",
+        "encoder",
+        "fill-mask",
+        "camembert",
+        _ROBERTA_ENC,
+        # Without this it adds three "NOTUSED" tokens beyond the vocabulary.
+        roberta_unigram("CamembertTokenizerFast", additional_special_tokens=[]),
+    ),
+    # A sentence-transformers folder: fetch must not be fooled into another library.
+    ZooModel(
+        "sentence-bert",
+        "encoder",
+        "feature-extraction",
+        "bert",
+        _ENC,
+        wordpiece(),
+        sentence_transformers=True,
+    ),
+    # decoders, exported with past key values
+    ZooModel(
+        "gpt2",
+        "decoder",
+        "text-generation-with-past",
+        "gpt2",
+        dict(n_embd=32, n_layer=2, n_head=2, n_positions=128),
+        gpt2_bpe(),
+    ),
+    ZooModel("llama", "decoder", "text-generation-with-past", "llama", {**_DEC, "head_dim": 16}, llama_bpe()),
+    ZooModel(
+        "qwen2",
+        "decoder",
+        "text-generation-with-past",
+        "qwen2",
+        _DEC,
+        gpt2_bpe("Qwen2TokenizerFast", pad_token="<|endoftext|>"),
+    ),
+    ZooModel("mistral", "decoder", "text-generation-with-past", "mistral", {**_DEC, "head_dim": 16}, llama_bpe()),
+    ZooModel(
+        "phi3",
+        "decoder",
+        "text-generation-with-past",
+        "phi3",
+        {**_DEC, "num_key_value_heads": 2},
+        llama_bpe(pad_token="<unk>"),
+    ),
+    ZooModel(
+        "gemma",
+        "decoder",
+        "text-generation-with-past",
+        "gemma",
+        {**_DEC, "head_dim": 16},
+        llama_bpe("GemmaTokenizerFast", pad_token="<unk>"),
+    ),
+    ZooModel(
+        "gpt-neox",
+        "decoder",
+        "text-generation-with-past",
+        "gpt_neox",
+        {k: v for k, v in _DEC.items() if k != "num_key_value_heads"},
+        gpt2_bpe("GPTNeoXTokenizerFast"),
+    ),
+    ZooModel(
+        "opt",
+        "decoder",
+        "text-generation-with-past",
+        "opt",
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            ffn_dim=64,
+            word_embed_proj_dim=32,
+            max_position_embeddings=128,
+        ),
+        gpt2_bpe(pad_token="<|endoftext|>"),
+    ),
+    # encoder-decoders
+    ZooModel(
+        "t5",
+        "encoder-decoder",
+        "text2text-generation-with-past",
+        "t5",
+        dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2),
+        t5_unigram(extra_ids=0),
+        token_ids={"decoder_start_token_id": "<pad>"},
+    ),
+    ZooModel(
+        "bart",
+        "encoder-decoder",
+        "text2text-generation-with-past",
+        "bart",
+        _BART,
+        roberta_bpe("BartTokenizerFast"),
+        token_ids={"decoder_start_token_id": "</s>", "forced_eos_token_id": "</s>"},
+    ),
+    ZooModel(
+        "marian",
+        "encoder-decoder",
+        "text2text-generation-with-past",
+        "marian",
+        _BART,
+        # MarianTokenizer is sentencepiece-only; the generic fast class loads without it.
+        t5_unigram("PreTrainedTokenizerFast"),
+        token_ids={"decoder_start_token_id": "<pad>"},
+    ),
+    ZooModel(
+        "whisper",
+        "encoder-decoder",
+        "automatic-speech-recognition-with-past",
+        "whisper",
+        dict(
+            _BART,
+            num_mel_bins=WHISPER_MEL_BINS,
+            max_source_positions=WHISPER_FRAMES // 2,
+            max_target_positions=64,
+            begin_suppress_tokens=None,
+            suppress_tokens=None,
+        ),
+        whisper_bpe(),
+        processor="whisper",
+        token_ids={"decoder_start_token_id": "<|startoftranscript|>"},
+    ),
+    # vision
+    ZooModel("vit", "vision", "image-classification", "vit", _VIT, processor="vit"),
+    ZooModel("resnet", "vision", "image-classification", "resnet", _TINY_RESNET, processor="convnext"),
+    ZooModel(
+        "convnext",
+        "vision",
+        "image-classification",
+        "convnext",
+        dict(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=IMAGE_SIZE),
+        processor="convnext",
+    ),
+    ZooModel(
+        "swin",
+        "vision",
+        "image-classification",
+        "swin",
+        dict(image_size=IMAGE_SIZE, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4),
+        processor="vit",
+    ),
+    # The image-classification auto class maps deit to two classes; from_config needs one.
+    ZooModel(
+        "deit",
+        "vision",
+        "image-classification",
+        "deit",
+        _VIT,
+        processor="vit",
+        model_class="DeiTForImageClassification",
+    ),
+    ZooModel("dinov2", "vision", "image-classification", "dinov2", {**_VIT, "mlp_ratio": 2}, processor="vit"),
+    ZooModel(
+        "mobilevit",
+        "vision",
+        "image-classification",
+        "mobilevit",
+        dict(
+            image_size=2 * IMAGE_SIZE,
+            hidden_sizes=[16, 16, 16],
+            neck_hidden_sizes=[8, 8, 16, 16, 16, 16, 32],
+            num_attention_heads=2,
+            # At the default 0.02 the activations underflow to exact zeros by the last stage,
+            # and a verification of all-zero logits proves nothing.
+            initializer_range=0.5,
+        ),
+        processor="vit",
+    ),
+    ZooModel(
+        "segformer",
+        "vision",
+        "semantic-segmentation",
+        "segformer",
+        dict(
+            num_encoder_blocks=2,
+            depths=[1, 1],
+            sr_ratios=[2, 1],
+            hidden_sizes=[16, 32],
+            patch_sizes=[7, 3],
+            strides=[4, 2],
+            num_attention_heads=[1, 2],
+            mlp_ratios=[2, 2],
+            decoder_hidden_size=32,
+            num_labels=4,
+        ),
+        processor="segformer",
+    ),
+    ZooModel(
+        "detr",
+        "vision",
+        "object-detection",
+        "detr",
+        dict(
+            use_timm_backbone=False,
+            use_pretrained_backbone=False,
+            backbone=None,
+            backbone_config={"model_type": "resnet", **_TINY_RESNET, "out_features": ["stage2"]},
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_queries=8,
+        ),
+        processor="detr",
+    ),
+    ZooModel(
+        "yolos",
+        "vision",
+        "object-detection",
+        "yolos",
+        {**_VIT, "image_size": [IMAGE_SIZE, IMAGE_SIZE], "num_detection_tokens": 8},
+        processor="detr",
+    ),
+    # multimodal: text and image towers
+    ZooModel(
+        "clip",
+        "multimodal",
+        "zero-shot-image-classification",
+        "clip",
+        dict(text_config=_LAYERS, vision_config=_VIT, projection_dim=32),
+        clip_bpe(),
+        processor="clip",
+    ),
+    ZooModel(
+        "owlvit",
+        "multimodal",
+        "zero-shot-object-detection",
+        "owlvit",
+        dict(text_config=_LAYERS, vision_config=_VIT, projection_dim=32),
+        clip_bpe(),
+        processor="owlvit",
+    ),
+    # audio
+    ZooModel(
+        "wav2vec2",
+        "audio",
+        "automatic-speech-recognition",
+        "wav2vec2",
+        {**_SPEECH, "vocab_size": len(CTC_VOCAB)},
+        processor="wav2vec2-ctc",
+    ),
+    ZooModel("hubert", "audio", "audio-classification", "hubert", _SPEECH, processor="wav2vec2"),
+    ZooModel("wavlm", "audio", "feature-extraction", "wavlm", _SPEECH, processor="wav2vec2"),
+    ZooModel(
+        "data2vec-audio",
+        "audio",
+        "audio-classification",
+        "data2vec-audio",
+        {**_SPEECH, "conv_pos_kernel_size": 5, "num_conv_pos_embeddings": 5},
+        processor="wav2vec2",
+    ),
+    # Verified at their length thresholds (issue 17) and filterbank speech (issue 13).
+    # Speech2Text-style: 10 ms filterbank frames from its feature extractor, not raw audio.
+    ZooModel(
+        "speech-to-text",
+        "encoder-decoder",
+        "automatic-speech-recognition-with-past",
+        "speech_to_text",
+        dict(
+            {k: v for k, v in _BART.items() if k != "max_position_embeddings"},
+            max_source_positions=1500,
+            max_target_positions=64,
+            num_conv_layers=2,
+            conv_kernel_sizes=(5, 5),
+            conv_channels=32,
+            input_feat_per_channel=FBANK_BINS,
+        ),
+        t5_unigram("PreTrainedTokenizerFast"),
+        processor="speech2text",
+        token_ids={"decoder_start_token_id": "</s>"},
+    ),
+    # Block-sparse attention above (5 + 2 * 1) * 8 = 56 tokens; at or below that BigBird
+    # switches itself to full attention for good, and an export traced at 16 tokens keeps it.
+    ZooModel(
+        "bigbird",
+        "encoder",
+        "fill-mask",
+        "big_bird",
+        {**_ENC, "attention_type": "block_sparse", "block_size": 8, "num_random_blocks": 1},
+        bert_unigram("BigBirdTokenizerFast"),
+    ),
+    # Every layer attends to the last 40 positions only: more than the short verify shapes
+    # (19 past + 19 new) and the export's dummy (16 + 16) reach, less than the long shape.
+    ZooModel(
+        "qwen2-sliding-window",
+        "decoder",
+        "text-generation-with-past",
+        "qwen2",
+        {**_DEC, "use_sliding_window": True, "sliding_window": 40, "max_window_layers": 0},
+        gpt2_bpe("Qwen2TokenizerFast", pad_token="<|endoftext|>"),
+    ),
+    # Long-context rope: the long factors apply past 48 positions; the short shapes stay below.
+    ZooModel(
+        "phi3-longrope",
+        "decoder",
+        "text-generation-with-past",
+        "phi3",
+        {
+            **_DEC,
+            "num_key_value_heads": 2,
+            "original_max_position_embeddings": 48,
+            "rope_scaling": {
+                "type": "longrope",
+                "short_factor": [1.0] * 8,
+                "long_factor": [1.0 + i / 2 for i in range(8)],
+            },
+        },
+        llama_bpe(pad_token="<unk>"),
+    ),
+)
