@@ -14,6 +14,24 @@ import pyarrow.parquet as pq
 
 BIN = Path(sys.executable).parent  # the venv's bin/: zoo-convert and optimum-cli live beside python
 
+# Real English for the latency and cosine benchmarks; the first fills 128 tokens of any tokenizer used here.
+PASSAGES = (
+    "The river runs through the old city from the northern hills to the sea. For centuries it carried grain, "
+    "timber and stone to the markets on its banks, and the bridges that cross it were built one after another as "
+    "the city grew: a narrow wooden one first, then the stone arches that still stand, and finally the iron bridge "
+    "near the station. Today the barges are gone, but people walk along the water in the evening, children feed "
+    "the ducks, and in summer the old warehouses host concerts, markets and a festival of films shown on a screen "
+    "floating in the middle of the current. The city council plans to open a new footpath that will follow the "
+    "river all the way to the coast, so that visitors can walk from the cathedral to the beach in a single day.",
+    "How do I reset my password if I no longer have access to the email address on my account?",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "The match was postponed because of heavy rain, and the league has not yet announced a new date.",
+    "A transformer encoder maps a sequence of tokens to a sequence of contextual vectors.",
+    "She quietly closed the kitchen window, made a cup of tea and sat down to read the letter again.",
+    "Interest rates rose for the third time this year as the central bank tried to slow inflation.",
+    "Add the flour slowly, stirring all the time, until the sauce is thick and smooth.",
+)
+
 
 def machine() -> str:
     """CPUs and load averages: the numbers mean little without them."""
@@ -124,7 +142,7 @@ def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None, interv
                 break
             tree = _tree(proc.pid)
             pss = sum(_pss(p) for p in tree)
-            hwm = max(hwm, _status_kb(proc.pid, "VmHWM") * 1024)
+            hwm = max(hwm, status_bytes("VmHWM", proc.pid))
             peak_tree = max(peak_tree, pss)
             loads.append(os.getloadavg()[0])
             timeline.append((round(time.perf_counter() - t0, 2), pss, len(tree)))
@@ -171,12 +189,13 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def _status_kb(pid: int, key: str) -> int:
+def status_bytes(key: str, pid: int | str = "self") -> int:
+    """One size field of /proc/PID/status (VmRSS, VmHWM, ...) in bytes; 0 once the process is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
                 if line.startswith(key.encode() + b":"):
-                    return int(line.split()[1])
+                    return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0

@@ -25,26 +25,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from _common import PASSAGES
+
 # Bump when a builder changes: bench_realsize.py rebuilds cached checkpoints whose stamp differs.
 BUILD_VERSION = "1"
 STAMP = ".realsize-built"
 SEQ = 128
 
-# Real English, so int8 cosine is measured on the activations real text makes (as in bench_minilm.py).
-PASSAGES = (
-    "The river runs through the old city from the northern hills to the sea. For centuries it carried grain, "
-    "timber and stone to the markets on its banks, and the bridges that cross it were built one after another as "
-    "the city grew: a narrow wooden one first, then the stone arches that still stand, and finally the iron bridge "
-    "near the station. Today the barges are gone, but people walk along the water in the evening, children feed "
-    "the ducks, and in summer the old warehouses host concerts, markets and a festival of films shown on a screen "
-    "floating in the middle of the current. The city council plans to open a new footpath that will follow the "
-    "river all the way to the coast, so that visitors can walk from the cathedral to the beach in a single day.",
-    "How do I reset my password if I no longer have access to the email address on my account?",
-    "Photosynthesis converts light energy into chemical energy stored in glucose.",
-    "The match was postponed because of heavy rain, and the league has not yet announced a new date.",
-    "A transformer encoder maps a sequence of tokens to a sequence of contextual vectors.",
-    "She quietly closed the kitchen window, made a cup of tea and sat down to read the letter again.",
-)
 
 
 @dataclass(frozen=True)
@@ -104,9 +91,9 @@ def _seeded(name: str) -> None:
 
 
 def _zoo_tokenizer(spec: Any, folder: Path) -> Any:
-    from zoo_convert import zoo
+    from zoo_convert.zoo import make_tokenizer
 
-    tok = zoo.make_tokenizer(spec)
+    tok = make_tokenizer(spec)
     tok.save_pretrained(folder)
     return tok
 
@@ -138,7 +125,7 @@ def build_gpt2(folder: Path) -> None:
     """gpt2 (124M): vocabulary 50257, 1024 positions, 12 layers of 768, 12 heads."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from zoo_convert import zoo
+    from zoo_convert.zoo import tokenizers
 
     config = GPT2Config(
         vocab_size=50257,
@@ -154,14 +141,14 @@ def build_gpt2(folder: Path) -> None:
     )
     _seeded("gpt2")
     _save(GPT2LMHeadModel(config).eval(), folder)
-    _zoo_tokenizer(zoo.gpt2_bpe(), folder)
+    _zoo_tokenizer(tokenizers.gpt2_bpe(), folder)
 
 
 def build_t5_small(folder: Path) -> None:
     """t5-small: d_model 512, d_ff 2048, 6 + 6 layers, 8 heads of 64, vocabulary 32128, relu FFN."""
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from zoo_convert import zoo
+    from zoo_convert.zoo import tokenizers
 
     config = T5Config(
         vocab_size=32128,
@@ -185,7 +172,7 @@ def build_t5_small(folder: Path) -> None:
     _seeded("t5-small")
     _save(T5ForConditionalGeneration(config).eval(), folder)
     # The zoo's t5 tokenizer puts <pad>, </s>, <unk> at 0, 1, 2, as t5's does.
-    _zoo_tokenizer(zoo.t5_unigram(extra_ids=0), folder)
+    _zoo_tokenizer(tokenizers.t5_unigram(extra_ids=0), folder)
 
 
 def build_vit_base(folder: Path) -> None:
@@ -222,7 +209,7 @@ def build_whisper_tiny(folder: Path) -> None:
     """whisper-tiny: d_model 384, 4 + 4 layers, 6 heads, 80 mel bins, 30 s windows (3000 frames), vocabulary 51865."""
     from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor
 
-    from zoo_convert import zoo
+    from zoo_convert.zoo import tokenizers
 
     config = WhisperConfig(
         vocab_size=51865,
@@ -249,7 +236,7 @@ def build_whisper_tiny(folder: Path) -> None:
     _seeded("whisper-tiny")
     _save(WhisperForConditionalGeneration(config).eval(), folder)
     extractor = WhisperFeatureExtractor(feature_size=80, sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400)
-    tok = _zoo_tokenizer(zoo.whisper_bpe(), folder)
+    tok = _zoo_tokenizer(tokenizers.whisper_bpe(), folder)
     WhisperProcessor(feature_extractor=extractor, tokenizer=tok).save_pretrained(folder)
 
 
@@ -262,7 +249,7 @@ def build_llama_2g(folder: Path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from zoo_convert import zoo
+    from zoo_convert.zoo import tokenizers
 
     config = LlamaConfig(
         vocab_size=32000,
@@ -285,7 +272,7 @@ def build_llama_2g(folder: Path) -> None:
     with torch.no_grad():
         model = LlamaForCausalLM(config).eval()
     _save(model, folder, max_shard_size="1GB")
-    _zoo_tokenizer(zoo.llama_bpe(), folder)
+    _zoo_tokenizer(tokenizers.llama_bpe(), folder)
 
 
 BUILDERS: dict[str, Callable[[Path], None]] = {

@@ -26,6 +26,7 @@ import argparse
 import ctypes
 import functools
 import gc
+import importlib
 import json
 import os
 import resource
@@ -37,15 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import status_bytes
+
 GB = 1e9
-
-
-def _status_kb(key: str) -> int:
-    with open("/proc/self/status", "rb") as f:
-        for line in f:
-            if line.startswith(key.encode() + b":"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 @dataclass(eq=False)  # identity, not fields: nested calls can look alike
@@ -77,12 +72,12 @@ class Tracer:
 
     def _mark(self) -> int:
         """Fold the high-water mark since the last mark into every active frame, then reset it."""
-        hwm = _status_kb("VmHWM")
+        hwm = status_bytes("VmHWM")
         for frame in self.active:
             frame.peak = max(frame.peak, hwm)
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _status_kb("VmRSS")
+        return status_bytes("VmRSS")
 
     def wrap(
         self, name: str, fn: Callable[..., Any], nbytes: Callable[..., int] | None = None, light: bool = False
@@ -203,7 +198,26 @@ def install(tr: Tracer) -> None:
 
     import symbolic_shape_infer  # noqa: F401 - the copy ORT's transformers tools import via sys.path
 
-    from zoo_convert.stages import benchmark, check, export, fetch, optimize, verify
+    # Our own calls by module and name; names a refactor removed are reported, not fatal.
+    ours = {
+        "zoo_convert.stages.fetch": ["fetch"],
+        "zoo_convert.stages.export": ["export", "_load_model", "_export_optimum", "_externalize", "_describe",
+                                      "_copy_side_files"],
+        "zoo_convert.stages.check": ["check", "_inferred_value_infos"],
+        "zoo_convert.stages.optimize": ["optimize", "_int8", "_q4", "_fp32", "_fuse", "_ort_offline", "_fp16",
+                                        "_to_fp16", "_load", "_run", "_feeds", "_census"],
+        "zoo_convert.stages.verify": ["verify", "_run_ort"],
+        "zoo_convert.stages.benchmark": ["benchmark", "_timings", "_torch_timings"],
+        "zoo_convert.runtime": ["ort_session", "session_for", "cases", "_make_case", "graph_inputs", "_tokenizer"],
+        "zoo_convert.onnx_graph": ["load", "inputs", "save", "move", "link"],
+    }  # fmt: skip
+    # Imported before any wrapping, so their ``from onnx import ...`` bindings are replaced too.
+    modules, missing = {}, []
+    for module in ours:
+        try:
+            modules[module] = importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
 
     plain = {
         (onnx, "load_model", _load_bytes),
@@ -233,8 +247,9 @@ def install(tr: Tracer) -> None:
     for cls in _classes("InferenceSession"):
         # The Python class, and the C++ one it constructs (reads the file; optimization and prepacking
         # happen after, in initialize_session, counted in the Python row only).
-        label = "ort.InferenceSession" if cls.__module__.endswith("collection") else "  ort C.InferenceSession() (no init)"
-        cls.__init__ = tr.wrap(label, cls.__init__, _session_bytes if "C++" not in label else None)
+        python = cls.__module__.endswith("collection")
+        label = "ort.InferenceSession" if python else "  ort C.InferenceSession() (no init)"
+        cls.__init__ = tr.wrap(label, cls.__init__, _session_bytes if python else None)
     for cls in _classes("SymbolicShapeInference"):
         cls.infer_shapes = staticmethod(tr.wrap("ort.SymbolicShapeInference.infer_shapes", cls.infer_shapes))
         cls._infer_impl = tr.wrap("ort.SymbolicShapeInference._infer_impl (every run)", cls._infer_impl)
@@ -246,21 +261,17 @@ def install(tr: Tracer) -> None:
     for cls in _classes("BertOnnxModel"):
         cls.optimize = tr.wrap("ort.fusions (BertOnnxModel.optimize)", cls.optimize)
 
-    stage_fns = {
-        fetch: ["fetch"],
-        export: ["export", "_load_model", "_externalize", "_describe", "_copy_side_files"],
-        check: ["check", "_inferred_value_infos"],
-        optimize: ["optimize", "_int8", "_fp32", "_fuse", "_ort_offline", "_fp16", "_to_fp16", "_load", "_run",
-                   "_feeds", "_census", "_save", "_place"],
-        verify: ["verify", "ort_session", "cases", "_make_case", "ort_session_inputs", "_tokenizer", "_run_ort"],
-        benchmark: ["benchmark", "_timings", "_torch_timings"],
-    }  # fmt: skip
-    for mod, names in stage_fns.items():
-        short = mod.__name__.rsplit(".", 1)[1]
-        for attr in names:
-            fn = getattr(mod, attr)
-            label = f"STAGE {short}" if attr == short else f"{short}.{attr}"
+    for module, mod in modules.items():
+        short = module.rsplit(".", 1)[1]
+        for attr in ours[module]:
+            fn = getattr(mod, attr, None)
+            if fn is None:
+                missing.append(f"{module}.{attr}")
+                continue
+            label = f"STAGE {short}" if attr == short and ".stages." in module else f"{short}.{attr}"
             _replace_everywhere(fn, tr.wrap(label, fn))
+    if missing:
+        print(f"not traced (not in this version): {', '.join(missing)}", file=sys.stderr)
     # Count the load checks' forked children.
     forks = tr.rows.setdefault("os.fork (optimize._load children)", Row())
     real_fork = os.fork
@@ -289,12 +300,12 @@ def _then_release(fn: Callable[..., Any], name: str, libc: Any) -> Callable[...,
 
     def released(*args: Any, **kwargs: Any) -> Any:
         result = fn(*args, **kwargs)
-        before = _status_kb("VmRSS")
+        before = status_bytes("VmRSS")
         found = gc.collect()
-        collected = _status_kb("VmRSS")
+        collected = status_bytes("VmRSS")
         libc.malloc_trim(0)
         print(f"after {name}: RSS {before / GB:.2f} GB, after gc.collect() ({found} objects) {collected / GB:.2f} GB,"
-              f" after malloc_trim {_status_kb('VmRSS') / GB:.2f} GB", flush=True)  # fmt: skip
+              f" after malloc_trim {status_bytes('VmRSS') / GB:.2f} GB", flush=True)  # fmt: skip
         return result
 
     return released

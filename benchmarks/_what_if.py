@@ -25,15 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import status_bytes
+
 GB = 1e9
-
-
-def _kb(key: str) -> int:
-    with open("/proc/self/status", "rb") as f:
-        for line in f:
-            if line.startswith(key.encode() + b":"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def _census(model: Any) -> dict[str, int]:
@@ -240,11 +234,11 @@ def child(name: str, plain: str, fused: str, ckpt: Path, scratch: Path) -> None:
     fn = experiments(plain, fused, ckpt, scratch)[name]
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    base = _kb("VmRSS")
+    base = status_bytes("VmRSS")
     w0, c0 = time.perf_counter(), time.process_time()
     note = fn()
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rise": _kb("VmHWM") - base, "note": note}))
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rise": status_bytes("VmHWM") - base, "note": note}))
 
 
 def main() -> int:
