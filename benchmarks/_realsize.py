@@ -28,7 +28,7 @@ from typing import Any
 from _common import PASSAGES
 
 # Bump when a builder changes: bench_realsize.py rebuilds cached checkpoints whose stamp differs.
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
 STAMP = ".realsize-built"
 SEQ = 128
 
@@ -77,32 +77,14 @@ def weight_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
 
-# --- builders: each writes config, weights and preprocessing files into a folder ---------------------------
+# --- configurations: the real checkpoints' values; ``architectures`` names the head they ship -------------
 
 
-def _save(model: Any, folder: Path, **kwargs: Any) -> None:
-    model.save_pretrained(folder, safe_serialization=True, **kwargs)
+def bert_base_config() -> Any:
+    """bert-base-uncased: BertConfig's values and the masked-LM head its checkpoint ships."""
+    from transformers import BertConfig
 
-
-def _seeded(name: str) -> None:
-    import torch
-
-    torch.manual_seed(zlib.crc32(name.encode()))
-
-
-def _zoo_tokenizer(spec: Any, folder: Path) -> Any:
-    from zoo_convert.zoo import make_tokenizer
-
-    tok = make_tokenizer(spec)
-    tok.save_pretrained(folder)
-    return tok
-
-
-def build_bert_base(folder: Path) -> None:
-    """bert-base-uncased: BertConfig's values, the masked-LM head its checkpoint ships, MiniLM's uncased vocabulary."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(
+    return BertConfig(
         vocab_size=30522,
         hidden_size=768,
         num_hidden_layers=12,
@@ -115,19 +97,13 @@ def build_bert_base(folder: Path) -> None:
         pad_token_id=0,
         architectures=["BertForMaskedLM"],
     )
-    _seeded("bert-base")
-    _save(BertForMaskedLM(config).eval(), folder)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy2(minilm_dir() / name, folder / name)
 
 
-def build_gpt2(folder: Path) -> None:
+def gpt2_config() -> Any:
     """gpt2 (124M): vocabulary 50257, 1024 positions, 12 layers of 768, 12 heads."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config
 
-    from zoo_convert.zoo import tokenizers
-
-    config = GPT2Config(
+    return GPT2Config(
         vocab_size=50257,
         n_positions=1024,
         n_embd=768,
@@ -139,18 +115,13 @@ def build_gpt2(folder: Path) -> None:
         eos_token_id=50256,
         architectures=["GPT2LMHeadModel"],
     )
-    _seeded("gpt2")
-    _save(GPT2LMHeadModel(config).eval(), folder)
-    _zoo_tokenizer(tokenizers.gpt2_bpe(), folder)
 
 
-def build_t5_small(folder: Path) -> None:
+def t5_small_config() -> Any:
     """t5-small: d_model 512, d_ff 2048, 6 + 6 layers, 8 heads of 64, vocabulary 32128, relu FFN."""
-    from transformers import T5Config, T5ForConditionalGeneration
+    from transformers import T5Config
 
-    from zoo_convert.zoo import tokenizers
-
-    config = T5Config(
+    return T5Config(
         vocab_size=32128,
         d_model=512,
         d_kv=64,
@@ -169,17 +140,13 @@ def build_t5_small(folder: Path) -> None:
         tie_word_embeddings=True,
         architectures=["T5ForConditionalGeneration"],
     )
-    _seeded("t5-small")
-    _save(T5ForConditionalGeneration(config).eval(), folder)
-    # The zoo's t5 tokenizer puts <pad>, </s>, <unk> at 0, 1, 2, as t5's does.
-    _zoo_tokenizer(tokenizers.t5_unigram(extra_ids=0), folder)
 
 
-def build_vit_base(folder: Path) -> None:
+def vit_base_config() -> Any:
     """google/vit-base-patch16-224: 12 layers of 768, patch 16 at 224 px, the 1,000 ImageNet classes."""
-    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+    from transformers import ViTConfig
 
-    config = ViTConfig(
+    return ViTConfig(
         hidden_size=768,
         num_hidden_layers=12,
         num_attention_heads=12,
@@ -193,25 +160,13 @@ def build_vit_base(folder: Path) -> None:
         num_labels=1000,
         architectures=["ViTForImageClassification"],
     )
-    _seeded("vit-base")
-    _save(ViTForImageClassification(config).eval(), folder)
-    ViTImageProcessor(
-        do_resize=True,
-        size={"height": 224, "width": 224},
-        resample=2,
-        do_normalize=True,
-        image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5],
-    ).save_pretrained(folder)
 
 
-def build_whisper_tiny(folder: Path) -> None:
-    """whisper-tiny: d_model 384, 4 + 4 layers, 6 heads, 80 mel bins, 30 s windows (3000 frames), vocabulary 51865."""
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor
+def whisper_tiny_config() -> Any:
+    """whisper-tiny: d_model 384, 4 + 4 layers, 6 heads, 80 mel bins, 1500 source positions, vocabulary 51865."""
+    from transformers import WhisperConfig
 
-    from zoo_convert.zoo import tokenizers
-
-    config = WhisperConfig(
+    return WhisperConfig(
         vocab_size=51865,
         num_mel_bins=80,
         d_model=384,
@@ -233,25 +188,16 @@ def build_whisper_tiny(folder: Path) -> None:
         suppress_tokens=None,
         architectures=["WhisperForConditionalGeneration"],
     )
-    _seeded("whisper-tiny")
-    _save(WhisperForConditionalGeneration(config).eval(), folder)
-    extractor = WhisperFeatureExtractor(feature_size=80, sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400)
-    tok = _zoo_tokenizer(tokenizers.whisper_bpe(), folder)
-    WhisperProcessor(feature_extractor=extractor, tokenizer=tok).save_pretrained(folder)
 
 
-def build_llama_2g(folder: Path) -> None:
+def llama_2g_config() -> Any:
     """TinyLlama-1.1B's shape (2048 wide, 5632 FFN, 32 heads, 4 KV heads, vocabulary 32000) cut to 10 layers.
 
-    571 M parameters: 2.28 GB of fp32 weights, above the 2 GiB protobuf limit, saved
-    as three safetensors shards with an index, as large checkpoints on the Hub are.
+    571 M parameters: 2.28 GB of fp32 weights, above the 2 GiB protobuf limit.
     """
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig
 
-    from zoo_convert.zoo import tokenizers
-
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=32000,
         hidden_size=2048,
         intermediate_size=5632,
@@ -265,35 +211,113 @@ def build_llama_2g(folder: Path) -> None:
         tie_word_embeddings=False,
         bos_token_id=1,
         eos_token_id=2,
-        torch_dtype="float32",
         architectures=["LlamaForCausalLM"],
     )
-    _seeded("llama-2g")
-    with torch.no_grad():
-        model = LlamaForCausalLM(config).eval()
-    _save(model, folder, max_shard_size="1GB")
+
+
+CONFIGS: dict[str, Callable[[], Any]] = {
+    "bert-base": bert_base_config,
+    "gpt2": gpt2_config,
+    "t5-small": t5_small_config,
+    "vit-base": vit_base_config,
+    "whisper-tiny": whisper_tiny_config,
+    "llama-2g": llama_2g_config,
+}
+
+
+def model_for(config: Any) -> Any:
+    """The head class ``config.architectures`` names, with fresh random weights."""
+    import transformers
+
+    return getattr(transformers, config.architectures[0])(config).eval()
+
+
+# --- preprocessing files each checkpoint ships beside its weights -----------------------------------------
+
+
+def _zoo_tokenizer(spec: Any, folder: Path) -> Any:
+    from zoo_convert.zoo import make_tokenizer
+
+    tok = make_tokenizer(spec)
+    tok.save_pretrained(folder)
+    return tok
+
+
+def _bert_files(folder: Path) -> None:
+    """MiniLM's tokenizer: the same bert-base-uncased vocabulary."""
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy2(minilm_dir() / name, folder / name)
+
+
+def _gpt2_files(folder: Path) -> None:
+    from zoo_convert.zoo import tokenizers
+
+    _zoo_tokenizer(tokenizers.gpt2_bpe(), folder)
+
+
+def _t5_files(folder: Path) -> None:
+    from zoo_convert.zoo import tokenizers
+
+    # The zoo's t5 tokenizer puts <pad>, </s>, <unk> at 0, 1, 2, as t5's does.
+    _zoo_tokenizer(tokenizers.t5_unigram(extra_ids=0), folder)
+
+
+def _vit_files(folder: Path) -> None:
+    from transformers import ViTImageProcessor
+
+    ViTImageProcessor(
+        do_resize=True,
+        size={"height": 224, "width": 224},
+        resample=2,
+        do_normalize=True,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    ).save_pretrained(folder)
+
+
+def _whisper_files(folder: Path) -> None:
+    """The 30 s, 80-bin feature extractor (3000 frames) and a whisper-style tokenizer."""
+    from transformers import WhisperFeatureExtractor, WhisperProcessor
+
+    from zoo_convert.zoo import tokenizers
+
+    extractor = WhisperFeatureExtractor(feature_size=80, sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400)
+    tok = _zoo_tokenizer(tokenizers.whisper_bpe(), folder)
+    WhisperProcessor(feature_extractor=extractor, tokenizer=tok).save_pretrained(folder)
+
+
+def _llama_files(folder: Path) -> None:
+    from zoo_convert.zoo import tokenizers
+
     _zoo_tokenizer(tokenizers.llama_bpe(), folder)
 
 
-BUILDERS: dict[str, Callable[[Path], None]] = {
-    "bert-base": build_bert_base,
-    "gpt2": build_gpt2,
-    "t5-small": build_t5_small,
-    "vit-base": build_vit_base,
-    "whisper-tiny": build_whisper_tiny,
-    "llama-2g": build_llama_2g,
+SIDE_FILES: dict[str, Callable[[Path], None]] = {
+    "bert-base": _bert_files,
+    "gpt2": _gpt2_files,
+    "t5-small": _t5_files,
+    "vit-base": _vit_files,
+    "whisper-tiny": _whisper_files,
+    "llama-2g": _llama_files,
 }
+# Large checkpoints come in shards with an index; the > 2 GB one is saved so (three files of <= 1 GB).
+SHARD_SIZE = {"llama-2g": "1GB"}
 
 
 def build(name: str, folder: Path) -> None:
     """Write checkpoint ``name`` into ``folder`` (emptied first) and stamp it as complete."""
+    import torch
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    BUILDERS[name](folder)
+    torch.manual_seed(zlib.crc32(name.encode()))
+    with torch.no_grad():
+        model = model_for(CONFIGS[name]())
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size=SHARD_SIZE.get(name, "10GB"))
+    SIDE_FILES[name](folder)
     (folder / STAMP).write_text(f"{name} {BUILD_VERSION}\n")
 
 
