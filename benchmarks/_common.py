@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 BIN = Path(sys.executable).parent  # the venv's bin/: zoo-convert and optimum-cli live beside python
+
+# Real English for the latency and cosine benchmarks; the first fills 128 tokens of any tokenizer used here.
+PASSAGES = (
+    "The river runs through the old city from the northern hills to the sea. For centuries it carried grain, "
+    "timber and stone to the markets on its banks, and the bridges that cross it were built one after another as "
+    "the city grew: a narrow wooden one first, then the stone arches that still stand, and finally the iron bridge "
+    "near the station. Today the barges are gone, but people walk along the water in the evening, children feed "
+    "the ducks, and in summer the old warehouses host concerts, markets and a festival of films shown on a screen "
+    "floating in the middle of the current. The city council plans to open a new footpath that will follow the "
+    "river all the way to the coast, so that visitors can walk from the cathedral to the beach in a single day.",
+    "How do I reset my password if I no longer have access to the email address on my account?",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "The match was postponed because of heavy rain, and the league has not yet announced a new date.",
+    "A transformer encoder maps a sequence of tokens to a sequence of contextual vectors.",
+    "She quietly closed the kitchen window, made a cup of tea and sat down to read the letter again.",
+    "Interest rates rose for the third time this year as the central bank tried to slow inflation.",
+    "Add the flour slowly, stirring all the time, until the sauce is thick and smooth.",
+)
 
 
 def machine() -> str:
@@ -67,3 +88,114 @@ def verdict(name: str, checks: dict[str, bool], summary: str) -> int:
     word = "PASS" if not missed else "FAIL (missed: " + ", ".join(missed) + ")"
     print(f"{name}: {word}: {summary}", flush=True)
     return 1 if missed else 0
+
+
+def cpu_model() -> str:
+    """The CPU's model name and the int8 instruction sets ORT can use (/proc/cpuinfo): say it next to every latency."""
+    name, flags = "unknown CPU", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name == "unknown CPU":
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    has = [flag for flag in ("avx512_vnni", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16") if flag in flags]
+    return f"{name} ({', '.join(has) if has else 'no VNNI/AMX'})"
+
+
+@dataclass
+class Measured:
+    """One command's cost: wall, CPU (user + sys of it and every child it waited for) and memory.
+
+    Attributes:
+        peak_bytes: the larger of two lower bounds of the tree's peak memory: the highest sampled sum of
+            PSS over the process and its descendants (a forked child's pages shared with its parent
+            count once), and the main process's own high-water mark (VmHWM: exact, between samples too).
+        maxrss_bytes: ``ru_maxrss`` from wait4: the largest single process of the tree, a forked child
+            counted with the pages it shares with its parent.
+        load: the 1-minute load average, mean over the samples.
+        timeline: (seconds since start, tree PSS bytes, processes in the tree) per sample.
+    """
+
+    rc: int
+    wall_s: float
+    cpu_s: float
+    peak_bytes: int
+    maxrss_bytes: int
+    load: float
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+
+
+def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None, interval_s: float = 0.2) -> Measured:
+    """Run ``cmd`` (output to ``log``), sampling its process tree's memory every ``interval_s``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        peak_tree = hwm = 0
+        loads: list[float] = []
+        timeline: list[tuple[float, int, int]] = []
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            tree = _tree(proc.pid)
+            pss = sum(_pss(p) for p in tree)
+            hwm = max(hwm, status_bytes("VmHWM", proc.pid))
+            peak_tree = max(peak_tree, pss)
+            loads.append(os.getloadavg()[0])
+            timeline.append((round(time.perf_counter() - t0, 2), pss, len(tree)))
+            time.sleep(interval_s)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Measured(
+        rc=proc.returncode,
+        wall_s=wall,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        peak_bytes=max(peak_tree, hwm),
+        maxrss_bytes=usage.ru_maxrss * 1024,
+        load=sum(loads) / len(loads) if loads else os.getloadavg()[0],
+        timeline=timeline,
+    )
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its living descendants, from the parent ids in /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_bytes().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size in bytes (0 once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def status_bytes(key: str, pid: int | str = "self") -> int:
+    """One size field of /proc/PID/status (VmRSS, VmHWM, ...) in bytes; 0 once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(key.encode() + b":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

@@ -24,27 +24,10 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from _common import machine, verdict
+from _common import PASSAGES, machine, verdict
 
 FP32_TARGET, INT8_TARGET, COSINE_TARGET = 1.5, 2.0, 0.99
 SEQ = 128
-
-PASSAGES = (
-    "The river runs through the old city from the northern hills to the sea. For centuries it carried grain, "
-    "timber and stone to the markets on its banks, and the bridges that cross it were built one after another as "
-    "the city grew: a narrow wooden one first, then the stone arches that still stand, and finally the iron bridge "
-    "near the station. Today the barges are gone, but people walk along the water in the evening, children feed "
-    "the ducks, and in summer the old warehouses host concerts, markets and a festival of films shown on a screen "
-    "floating in the middle of the current. The city council plans to open a new footpath that will follow the "
-    "river all the way to the coast, so that visitors can walk from the cathedral to the beach in a single day.",
-    "How do I reset my password if I no longer have access to the email address on my account?",
-    "Photosynthesis converts light energy into chemical energy stored in glucose.",
-    "The match was postponed because of heavy rain, and the league has not yet announced a new date.",
-    "A transformer encoder maps a sequence of tokens to a sequence of contextual vectors.",
-    "She quietly closed the kitchen window, made a cup of tea and sat down to read the letter again.",
-    "Interest rates rose for the third time this year as the central bank tried to slow inflation.",
-    "Add the flour slowly, stirring all the time, until the sauce is thick and smooth.",
-)
 
 
 def interleaved(sides: dict[str, Callable[[], object]], rounds: int, block: int) -> dict[str, list[float]]:
