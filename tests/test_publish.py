@@ -185,6 +185,21 @@ def test_cli_dry_run_then_publish(world: World, monkeypatch: pytest.MonkeyPatch)
     assert CliRunner().invoke(cli, args).exit_code == 2
 
 
+def test_publish_names_its_run_by_name_or_id(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    import duckdb
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    with duckdb.connect(str(world.db)) as con:
+        con.execute("UPDATE runs SET name = 'nightly-pub' WHERE run_id = ?", [world.run_id])
+    args = ["publish", "--db", str(world.db), "--namespace", "byname", "--endpoint", world.server.url, "--dry-run"]
+    for ref in ("nightly-pub", world.run_id):
+        res = CliRunner().invoke(cli, [*args, "--run", ref])
+        assert res.exit_code == 0 and "dry_run" in res.output, res.output
+    unknown = CliRunner().invoke(cli, [*args, "--run", "nightly-nope"])
+    assert unknown.exit_code == 2 and "no run named 'nightly-nope'" in unknown.output, unknown.output
+
+
 def test_a_bad_token_stops_before_any_repo_with_one_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 

@@ -351,7 +351,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 
 @cli.command()
 @_db_option("the results database", exists=True)
-@click.option("--run", default="latest", show_default=True, help="run id to publish, or 'latest'")
+@click.option("--run", default="latest", show_default=True, help="run to publish: its name (run --name), its id, or 'latest'")
 @click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
 @click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
               help="repo id pattern; fields: namespace, name, model_type, exporter, opset")

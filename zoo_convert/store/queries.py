@@ -306,15 +306,16 @@ def _sql_string(path: Path) -> str:
 
 
 def find_run(store: ResultStore, run: str) -> str:
-    """``latest`` -> the newest run id; any other value must name a recorded run."""
+    """``latest`` -> the newest run id; any other value must name a recorded run, by its name or id."""
     if run == "latest":
         rows = query(store, "SELECT run_id FROM runs ORDER BY run_seq DESC LIMIT 1")[1]
         if not rows:
             raise StoreError(f"{store.path} has no runs yet")
         return str(rows[0][0])
-    if not query(store, "SELECT 1 FROM runs WHERE run_id = ?", [run])[1]:
-        raise StoreError(f"no run {run!r} in {store.path}")
-    return run
+    found = store.find_run(run)
+    if found is None:
+        raise UsageError(f"no run named {run!r} (by name or id) in {store.path}")
+    return found[0]
 
 
 def run_settings(store: ResultStore, run_id: str) -> dict[str, Any]:
