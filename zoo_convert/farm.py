@@ -47,6 +47,7 @@ from typing import IO, Any
 
 import ray
 import ray.exceptions
+from ray.actor import ActorProxy
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
@@ -57,7 +58,8 @@ from .manifest import read_manifest
 from .pipeline import convert_one
 from .plan import InvalidRow, Job, keyed_jobs, make_plan
 from .records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
-from .stages.fetch import download, is_local
+from .sources import is_local
+from .stages.fetch import download
 from .store.db import ResultStore
 from .store.lock import run_lock
 from .store.queries import run_label
@@ -123,11 +125,11 @@ class FarmReport:
     skipped: int = 0
     recorded: int = 0
     ray_started: bool = False
-    by_status: Counter = field(default_factory=Counter)
+    by_status: Counter[str] = field(default_factory=Counter)
     partial: int = 0
     variants: int = 0
     variants_verified: int = 0
-    by_kind: Counter = field(default_factory=Counter)
+    by_kind: Counter[str] = field(default_factory=Counter)
     failures: list[FailureLine] = field(default_factory=list)
     n_failures: int = 0
     inconclusive: list[FailureLine] = field(default_factory=list)
@@ -181,7 +183,7 @@ class FailureLine:
 
 
 @ray.remote(max_retries=0, retry_exceptions=False, max_calls=0)
-def _job_task(job_fn: JobFn, entry: ManifestEntry, settings: Settings, budget: ray.actor.ActorHandle) -> str:
+def _job_task(job_fn: JobFn, entry: ManifestEntry, settings: Settings, budget: ActorProxy[_HubBudget]) -> str:
     """One job on a Ray worker: its hub files downloaded under the run's Hub budget, then the job isolated."""
     governor = hub_budget.installed()
     if not isinstance(governor, _ClusterGovernor) or governor.actor != budget:
@@ -194,27 +196,33 @@ def _job_task(job_fn: JobFn, entry: ManifestEntry, settings: Settings, budget: r
     return run_isolated(job_fn, entry, settings).to_json()
 
 
-@ray.remote(num_cpus=0)
 class _HubBudget:
     """The run's Hub request budget; a caller's ``acquire`` returns when its request may go."""
 
     def __init__(self, limits: HubLimits, history: dict[str, list[float]]) -> None:
         self.budget = Budget(limits, history, time.monotonic())
 
+    @ray.method
     async def acquire(self, bucket: str) -> None:
         while True:
             await asyncio.sleep(self.budget.reserve(bucket, time.monotonic()))
             if self.budget.clear(bucket, time.monotonic()):
                 return
 
+    @ray.method
     async def pause(self, bucket: str, seconds: float) -> None:
         self.budget.pause(bucket, time.monotonic() + seconds)
+
+
+# ray.remote called, not used as a decorator, and @ray.method on the methods: how Ray's type hints
+# see the actor's class and the arguments of its methods' .remote() calls.
+_HubBudgetActor = ray.remote(num_cpus=0)(_HubBudget)
 
 
 class _ClusterGovernor:
     """A :class:`hub_budget.Governor` drawing from the run's ``_HubBudget`` actor."""
 
-    def __init__(self, actor: ray.actor.ActorHandle) -> None:
+    def __init__(self, actor: ActorProxy[_HubBudget]) -> None:
         self.actor = actor
 
     def acquire(self, bucket: str) -> None:
@@ -297,7 +305,9 @@ def _run_farm(
                 driver = _Driver(store, report, progress, settings, options, job_fn, resources, budget)
                 driver.run(plan.jobs, plan.unresolved, done)
             finally:
-                ray.kill(budget)
+                # Ray's hints type a handle as ActorProxy (the handle or the class, so that methods
+                # show their arguments); ray.kill's own annotation accepts only the handle it always is.
+                ray.kill(budget)  # type: ignore[arg-type]
         status = "completed"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -323,14 +333,14 @@ class _Driver:
         options: FarmOptions,
         job_fn: JobFn,
         resources: dict[str, float],
-        budget: ray.actor.ActorHandle,
+        budget: ActorProxy[_HubBudget],
     ) -> None:
         self.store, self.report, self.progress = store, report, progress
         self.settings, self.options, self.job_fn, self.budget = settings, options, job_fn, budget
         self.gpus = resources.get("GPU", 0)
         self.max_in_flight = options.max_in_flight or max(2, 2 * int(resources.get("CPU", 1)))
         self.node_memory = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]), default=0)
-        self.in_flight: dict[ray.ObjectRef, tuple[Job, int]] = {}
+        self.in_flight: dict[ray.ObjectRef[str], tuple[Job, int]] = {}
         self.waiting: list[tuple[float, int, Job, int]] = []  # (ready at, tiebreak, job, attempt): backoff heap
         self._seq = itertools.count()
         # Hub ids to resolve again: (entries, the attempt it will be, when), and the try under way.
@@ -401,7 +411,7 @@ class _Driver:
 
     def _backoff(self, attempt: int) -> float:
         """Wait before attempt ``attempt`` (2, 3, ...) of a job or a resolution."""
-        return min(MAX_BACKOFF_S, self.options.backoff_s * 2 ** (attempt - 2))
+        return min(MAX_BACKOFF_S, self.options.backoff_s * 2.0 ** (attempt - 2))
 
     def _until_next_timer(self) -> float:
         times = [self.waiting[0][0]] if self.waiting else []
@@ -409,7 +419,7 @@ class _Driver:
             times.append(self.unresolved[2])
         return max(0.0, min([1.0, *(t - time.monotonic() for t in times)]))
 
-    def _collect(self, ref: ray.ObjectRef, job: Job) -> ConversionResult:
+    def _collect(self, ref: ray.ObjectRef[str], job: Job) -> ConversionResult:
         """The job's result, or a failure standing in for a task Ray could not finish."""
         try:
             return ConversionResult.from_json(ray.get(ref))
@@ -453,13 +463,13 @@ def _invalid_result(bad: InvalidRow) -> ConversionResult:
     return failure_result(entry, FailureKind.MANIFEST_ERROR, bad.problem.reason, stage="manifest")
 
 
-def _cluster_budget(limits: HubLimits, run_id: str) -> ray.actor.ActorHandle:
+def _cluster_budget(limits: HubLimits, run_id: str) -> ActorProxy[_HubBudget]:
     """The run's Hub budget as an actor the driver and every worker draw from, continuing what planning spent."""
     local = hub_budget.installed()
     history = local.history() if isinstance(local, LocalGovernor) else {}
     # On the driver's node, which the run cannot outlive; restarted (with a fresh budget) if it dies anyway.
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    actor = _HubBudget.options(
+    actor = _HubBudgetActor.options(
         name=f"zoo-convert-hub-budget-{run_id}", scheduling_strategy=here, max_restarts=-1, max_task_retries=-1
     ).remote(limits, history)
     hub_budget.install(_ClusterGovernor(actor))

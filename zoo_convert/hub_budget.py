@@ -211,7 +211,7 @@ class _GovernedSession(requests.Session):
         super().__init__()
         self.governor = governor
 
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         from huggingface_hub import constants
         from huggingface_hub.errors import OfflineModeIsEnabled
 

@@ -74,7 +74,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import NamedTuple, Protocol
 
 from . import __version__
 from .errors import FailureKind, UnsafeForkServerError, first_line
@@ -103,6 +103,18 @@ _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort",
 
 class _ServerLost(Exception):
     """The fork server closed its socket (it died or was killed)."""
+
+
+# A caller's request: its sys.path, environment and working directory, and the pickled (job_fn, entry, settings, out).
+_Request = tuple[list[str], dict[str, str], str, bytes]
+
+
+class _News(NamedTuple):
+    """The server's news to a caller: ``started`` (value: the server's pid), ``done`` or ``exit`` (value: exit code)."""
+
+    what: str
+    pid: int
+    value: int = 0
 
 
 def run_isolated(
@@ -141,6 +153,7 @@ def _run_isolated(
             return ConversionResult.from_json(out.read_text())
         where = _read_breadcrumb(out)
     stage = where.split("[")[0] if where else None
+    kind: FailureKind
     if verdict is FailureKind.TIMEOUT:
         kind, message = verdict, f"no answer after the hard timeout of {timeout:g} s; killed"
     elif verdict is FailureKind.OOM:
@@ -171,19 +184,19 @@ class ForkServer:
         exits: a child tearing down a big address space does not hold up the next job.
         """
         payload = pickle.dumps((job_fn, entry, settings, out))
-        request = (sys.path, dict(os.environ), os.getcwd(), payload)
+        request: _Request = (sys.path, dict(os.environ), os.getcwd(), payload)
         with self.lock:
             try:
                 pid = self._start(request)
                 deadline = time.monotonic() + timeout
-                verdict = None
+                verdict: FailureKind | None = None
                 while True:
                     left = deadline - time.monotonic()
                     message = _recv(self.sock, max(0.0, min(POLL_S, left)))
-                    if message is not None and message[1] == pid:  # others are late news of earlier jobs
-                        if message[0] == "exit":
-                            return verdict, message[2]
-                        if message[0] == "done" and verdict is None:
+                    if message is not None and message.pid == pid:  # others are late news of earlier jobs
+                        if message.what == "exit":
+                            return verdict, message.value
+                        if message.what == "done" and verdict is None:
                             return None, 0
                     if verdict is not None:
                         continue
@@ -197,7 +210,7 @@ class ForkServer:
                 self.lost = True
                 raise
 
-    def _start(self, request: tuple) -> int:
+    def _start(self, request: _Request) -> int:
         """Send the request, return the job's pid; the first one also waits out the server's warm-up."""
         try:
             _send(self.sock, request)
@@ -216,9 +229,9 @@ class ForkServer:
     def _started(self) -> int:
         while True:
             message = _recv(self.sock, None)
-            if message[0] == "started":
-                _, pid, self.server_pid = message
-                return pid
+            if message is not None and message.what == "started":
+                self.server_pid = message.value
+                return message.pid
 
     def close(self) -> None:
         """Leave the server (the server outlives us while others use it)."""
@@ -409,19 +422,21 @@ class _Server:
             return
         child = self._hand_over(request)
         child.caller = conn
-        self._reply(conn, ("started", child.pid, os.getpid()))
+        self._reply(conn, _News("started", child.pid, os.getpid()))
         self.spare = self._fork()
 
     def _hand_over(self, request: bytes) -> _Child:
         """The spare gets the request (a fresh child if the spare is gone)."""
         for _ in range(2):
             child, self.spare = self.spare or self._fork(), None
+            job_w = child.job_w
+            assert job_w is not None  # a child's job pipe closes only here, when it is handed its job
             try:
-                _write_all(child.job_w, struct.pack("!Q", len(request)) + request)
+                _write_all(job_w, struct.pack("!Q", len(request)) + request)
             except BrokenPipeError:  # the spare died (reaped through its pidfd): fork another
                 continue
             finally:
-                os.close(child.job_w)
+                os.close(job_w)
                 child.job_w = None
             return child
         raise RuntimeError("fork-server children die before reading their job")
@@ -441,7 +456,8 @@ class _Server:
                 _die_with_parent()
                 request = _read_fd_message(job_r)
                 if request is not None:  # None: the server closed the pipe, no job for this spare
-                    _child(*pickle.loads(request), done_w)
+                    sys_path, env, cwd, payload = pickle.loads(request)
+                    _child(sys_path, env, cwd, payload, done_w)
                 code = 0
             except BaseException:  # noqa: BLE001 - the caller reads "no result"; the log keeps the traceback
                 traceback.print_exc()
@@ -461,7 +477,7 @@ class _Server:
         said = os.read(child.done_r, 1)
         self._close_done(child)
         if said and child.caller in self.callers:
-            self._reply(child.caller, ("done", child.pid))
+            self._reply(child.caller, _News("done", child.pid))
 
     def _exited(self, child: _Child) -> None:
         _, status = os.waitpid(child.pid, 0)
@@ -474,7 +490,7 @@ class _Server:
         if child is self.spare:
             self.spare = None
         if child.caller in self.callers:
-            self._reply(child.caller, ("exit", child.pid, os.waitstatus_to_exitcode(status)))
+            self._reply(child.caller, _News("exit", child.pid, os.waitstatus_to_exitcode(status)))
 
     def _close_done(self, child: _Child) -> None:
         if child.done_r is not None:
@@ -482,7 +498,7 @@ class _Server:
             os.close(child.done_r)
             child.done_r = None
 
-    def _reply(self, conn: socket.socket, message: Any) -> None:
+    def _reply(self, conn: socket.socket, message: _News) -> None:
         try:
             _send(conn, message)
         except OSError:
@@ -525,16 +541,17 @@ def _read_fd(fd: int, n: int) -> bytes | None:
     return bytes(buf)
 
 
-def _send(sock: socket.socket, obj: Any) -> None:
+def _send(sock: socket.socket, obj: _Request | _News) -> None:
     data = pickle.dumps(obj)
     sock.sendall(struct.pack("!Q", len(data)) + data)
 
 
-def _recv(sock: socket.socket, timeout: float | None) -> Any:
-    """One message; None when ``timeout`` passes first; _ServerLost on EOF."""
+def _recv(sock: socket.socket, timeout: float | None) -> _News | None:
+    """The server's next news; None when ``timeout`` passes first; _ServerLost on EOF."""
     if timeout is not None and not select.select([sock], [], [], timeout)[0]:
         return None
-    return pickle.loads(_read_message(sock))
+    news: _News = pickle.loads(_read_message(sock))
+    return news
 
 
 def _read_message(sock: socket.socket) -> bytes:
@@ -587,9 +604,10 @@ def failure_result(
 def _model_type(source: str) -> str | None:
     """A local checkpoint's model_type, so a job that died still lands in the right matrix row."""
     try:
-        return json.loads(Path(source, "config.json").read_text()).get("model_type")
+        model_type = json.loads(Path(source, "config.json").read_text()).get("model_type")
     except (OSError, ValueError, AttributeError, RecursionError):
         return None
+    return model_type if isinstance(model_type, str) else None
 
 
 def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, done_fd: int) -> None:

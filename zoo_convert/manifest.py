@@ -142,7 +142,7 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     bad_hub = pc.and_kleene(pc.invert(local), pc.invert(hub_ok))
     bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)")))
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
-    missing_dir = [bool(loc) and not os.path.isdir(s) for loc, s in zip(local.to_pylist(), sources)]
+    missing_dir = [s is not None and _looks_local(s) and not os.path.isdir(s) for s in sources]
     flag(pa.array(missing_dir), lambda i: f"local checkpoint folder not found: {sources[i]}")
 
     task = col("task")
@@ -166,11 +166,12 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
 
     rows = _rows(table)
     entries: list[ManifestEntry] = []
-    seen: dict[tuple, int] = {}
+    seen: dict[_JobId, int] = {}
     for i, row in enumerate(rows):
-        if reasons[i]:
+        source_i = sources[i]
+        if reasons[i] or source_i is None:  # no source: its row already says "missing source"
             continue
-        expanded = _expand(row, sources[i], i + 1)
+        expanded = _expand(row, source_i, i + 1)
         dupes = [seen[k] for k in (_job_id(e) for e in expanded) if k in seen]
         if dupes:
             reasons[i].append(f"duplicate job: same source, revision, task, opset and exporter as row {dupes[0]}")
@@ -233,7 +234,13 @@ def _same_family(got: pa.DataType, want: pa.DataType) -> bool:
     return False
 
 
-def _flag_list(table: pa.Table, name: str, flag: Any, bad_value: Any, reason: str) -> None:
+# Marks the rows a mask is true on as bad, with a reason (a text, or a function of the row index).
+_Flag = Callable[[pa.Array | pa.ChunkedArray, str | Callable[[int], str]], None]
+
+
+def _flag_list(
+    table: pa.Table, name: str, flag: _Flag, bad_value: Callable[[pa.Array], pa.Array], reason: str
+) -> None:
     """Flag rows of a list column holding a null or a bad element."""
     column = table.column(name).combine_chunks()
     values = pc.list_flatten(column)
@@ -276,7 +283,11 @@ def _expand(row: dict[str, Any], source: str, number: int) -> list[ManifestEntry
     ]
 
 
-def _job_id(e: ManifestEntry) -> tuple:
+# What makes two jobs the same: source, revision, task, opset, exporter.
+_JobId = tuple[str, str | None, str | None, int | None, str]
+
+
+def _job_id(e: ManifestEntry) -> _JobId:
     return (e.source, e.revision, e.task, e.opset, e.exporter)
 
 
@@ -319,7 +330,7 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
 
     rows: list[dict[str, Any]] = []
     dropped: list[str] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str | None]] = set()
     with open(csv_path, newline="") as f:
         for n, rec in enumerate(csv.DictReader(f), start=1):
             source, task = rec["model_id"].strip(), (rec.get("task") or "").strip() or None

@@ -85,7 +85,7 @@ def _split_details(data: dict[str, Any]) -> dict[int, dict[int, dict[str, Any]]]
     return chunks
 
 
-def _js(obj: Any) -> str:
+def _js(obj: object) -> str:
     """JSON in which no character can end or open markup (``</script>``, ``<!--``) wherever it is embedded.
 
     ``<``, ``>`` and ``&`` become ``\\u`` escapes, which JSON.parse and JS read back as
@@ -95,7 +95,7 @@ def _js(obj: Any) -> str:
     return text.translate(_UNSAFE)
 
 
-def _clean(obj: Any) -> Any:
+def _clean(obj: object) -> object:
     """JSON has no inf/nan: they become null, and floats lose digits nobody reads."""
     if isinstance(obj, float):
         return float(f"{obj:.6g}") if math.isfinite(obj) else None

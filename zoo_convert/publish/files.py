@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import PublishError
 from ..records import PASSED, variant_of
 from .candidates import Candidate
+
+if TYPE_CHECKING:
+    from huggingface_hub.hf_api import RepoSibling
 
 # Files written beside onnx/ that are records of ours, not part of the model.
 _PRIVATE_FILES = {"result.json", "README.md"}
@@ -31,7 +34,7 @@ class LocalFile:
     sha256: str
     git_oid: str
 
-    def same_as(self, remote: Any) -> bool:
+    def same_as(self, remote: RepoSibling | None) -> bool:
         """Whether a Hub sibling (``RepoSibling`` with blob metadata) holds these bytes."""
         if remote is None:
             return False

@@ -12,11 +12,15 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import PublishError, UsageError
 from ..hub_budget import retry_after
 from ..sources import is_local
+
+if TYPE_CHECKING:
+    from huggingface_hub import CommitOperation
+    from huggingface_hub.hf_api import RepoSibling
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,12 +76,12 @@ class HubClient:
         """Create the repo unless it exists (an existing repo keeps its visibility)."""
         self.retry(lambda: self.api.create_repo(repo_id, private=private, exist_ok=True), f"create {repo_id}")
 
-    def remote_files(self, repo_id: str) -> tuple[str, dict[str, Any]]:
+    def remote_files(self, repo_id: str) -> tuple[str | None, dict[str, RepoSibling]]:
         """The head sha and path -> sibling (size, blob id, LFS sha256) of the repo's main branch."""
         info = self.retry(lambda: self.api.model_info(repo_id, files_metadata=True), f"read {repo_id}")
         return info.sha, {s.rfilename: s for s in info.siblings or ()}
 
-    def commit(self, repo_id: str, operations: list[Any], message: str, parent: str | None) -> str:
+    def commit(self, repo_id: str, operations: list[CommitOperation], message: str, parent: str | None) -> str:
         """One commit on main whose parent must still be ``parent`` (a concurrent push answers 412)."""
         return self.retry(lambda: self._commit(repo_id, operations, message, parent), f"commit to {repo_id}")
 
@@ -87,7 +91,7 @@ class HubClient:
 
         from huggingface_hub import ModelCard
 
-        found: Any = None
+        found: object = None
         try:
             if is_local(source):
                 readme = Path(source, "README.md")
@@ -119,7 +123,7 @@ class HubClient:
                 log.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _reason(exc), wait, attempt, self.max_retries)
                 time.sleep(wait)
 
-    def _commit(self, repo_id: str, operations: list[Any], message: str, parent: str | None) -> str:
+    def _commit(self, repo_id: str, operations: list[CommitOperation], message: str, parent: str | None) -> str:
         from huggingface_hub import CommitOperationAdd
 
         # The client asks the LFS batch endpoint about every addition at once, so a file added
@@ -142,7 +146,7 @@ class HubClient:
         """Seconds to wait before retrying, or None when the error is not worth retrying."""
         import requests
 
-        backoff = min(self.backoff_s * 2**attempt, self.max_backoff_s)
+        backoff = min(self.backoff_s * 2.0**attempt, self.max_backoff_s)
         # The client wraps an upload thread's error in a RuntimeError; look down the cause chain.
         seen: BaseException | None = exc
         while seen is not None:

@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import PublishError, UsageError
 from ..records import variant_of
@@ -24,6 +24,10 @@ from .candidates import Candidate, load_candidates
 from .card import model_card
 from .files import hash_file, repo_files
 from .hub import HubClient
+
+if TYPE_CHECKING:
+    from huggingface_hub import CommitOperation
+    from huggingface_hub.hf_api import RepoSibling
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +229,7 @@ def _publish(client: HubClient, c: Candidate, options: PublishOptions, base: Pub
                            uploaded_files=len(changed) + 1, uploaded_bytes=sent,
                            message=f"would upload {len(changed)} file(s) + README.md"
                            + (f" and delete {len(stale)}" if stale else "") + f" to {url}")
-        ops: list[Any] = [CommitOperationAdd(p, str(local[p].path)) for p in changed]
+        ops: list[CommitOperation] = [CommitOperationAdd(p, str(local[p].path)) for p in changed]
         ops += [CommitOperationAdd("README.md", card), *(CommitOperationDelete(p) for p in stale)]
         message = f"zoo_convert: {c.source}@{(c.resolved_revision or '').split(':')[-1][:12]} ({c.exporter}, opset {c.opset})"
         try:
@@ -239,7 +243,7 @@ def _publish(client: HubClient, c: Candidate, options: PublishOptions, base: Pub
     raise PublishError(f"{repo_id} kept changing under us; gave up after 3 attempts")
 
 
-def _remote_files(client: HubClient, repo_id: str, options: PublishOptions) -> tuple[str | None, dict[str, Any]]:
+def _remote_files(client: HubClient, repo_id: str, options: PublishOptions) -> tuple[str | None, dict[str, RepoSibling]]:
     """The repo's head and files; a missing repo is created first (asked after, so an existing one costs one request)."""
     from huggingface_hub.errors import RepositoryNotFoundError
 

@@ -24,15 +24,20 @@ import json
 import logging
 import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
 from ..sources import is_hub_id, is_local, side_files
 from . import Checkpoint
 
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SAFE_WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -77,6 +82,8 @@ def hub_snapshot(entry: ManifestEntry, settings: Settings) -> HubSnapshot:
         entry,
         settings,
     )
+    if info.sha is None:
+        raise FetchError(f"{entry.source}@{entry.revision or 'main'}: the Hub named no commit", kind=FailureKind.FETCH_TRANSIENT)
     return HubSnapshot(sha=info.sha, files=tuple(s.rfilename for s in info.siblings or ()))
 
 
@@ -94,7 +101,7 @@ def list_snapshots(owner: str, wanted: set[str], settings: Settings) -> dict[str
     todo = {w.lower(): w for w in wanted}
     found: dict[str, HubSnapshot] = {}
     url: str | None = f"{(settings.hf_endpoint or constants.ENDPOINT).rstrip('/')}/api/models"
-    params: dict[str, Any] | None = {"author": owner, "expand": ["sha", "siblings"]}
+    params: dict[str, str | list[str]] | None = {"author": owner, "expand": ["sha", "siblings"]}
     pages = 0
     try:
         while url and todo and pages <= len(found):
@@ -180,7 +187,7 @@ def download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
     if "config.json" not in wanted:
         raise FetchError(f"{entry.source}@{snap.sha[:12]}: no config.json in the repo — not a transformers checkpoint")
 
-    def get_all(api: Any) -> Path:
+    def get_all(api: HfApi) -> Path:
         paths = {
             name: hf_hub_download(
                 entry.source,
@@ -208,7 +215,7 @@ def _remember_ref(snapshot_folder: Path, revision: str, sha: str) -> None:
     ref.write_text(sha)
 
 
-def _hub_call(fn: Any, entry: ManifestEntry, settings: Settings) -> Any:
+def _hub_call(fn: Callable[[HfApi], T], entry: ManifestEntry, settings: Settings) -> T:
     """Run a huggingface_hub call, mapping its errors onto fetch failure kinds."""
     import requests
     from huggingface_hub import HfApi
@@ -242,12 +249,12 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
     if not config_file.is_file():
         raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder")
     try:
-        config = json.loads(config_file.read_text())
+        parsed = json.loads(config_file.read_text())
     except OSError as exc:
         raise FetchError(f"{entry.source}: cannot read config.json: {exc.strerror or exc}") from exc
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
         raise FetchError(f"{entry.source}: config.json is not valid JSON: {type(exc).__name__}: {exc}") from exc
-    _check_config(config, entry)
+    config = _check_config(parsed, entry)
     library = _library(path, config)
     model_type = config.get("model_type") or config.get("architecture") or ""
     if config.get("auto_map") and not entry.allow_remote_code:
@@ -271,8 +278,8 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
     )
 
 
-def _check_config(config: Any, entry: ManifestEntry) -> None:
-    """The fields fetch reads have the types transformers gives them, or the checkpoint is broken."""
+def _check_config(config: object, entry: ManifestEntry) -> dict[str, Any]:
+    """The config, once the fields fetch reads have the types transformers gives them; else the checkpoint is broken."""
     if not isinstance(config, dict):
         raise FetchError(f"{entry.source}: config.json holds a JSON {type(config).__name__}, not an object")
     for key, want in (("model_type", str), ("architecture", str), ("architectures", list), ("auto_map", dict)):
@@ -280,6 +287,7 @@ def _check_config(config: Any, entry: ManifestEntry) -> None:
             raise FetchError(f"{entry.source}: config.json: {key} is a JSON {type(config[key]).__name__}, not a {want.__name__}")
     if not all(isinstance(a, str) for a in config.get("architectures") or ()):
         raise FetchError(f"{entry.source}: config.json: architectures holds something other than names")
+    return config
 
 
 def _library(path: Path, config: dict[str, Any]) -> str:
@@ -364,7 +372,7 @@ def _check_safetensors(file: Path, entry: ManifestEntry) -> None:
         raise FetchError(f"{entry.source}: {file.name} is truncated: tensors need {8 + n + end} bytes, file has {size}")
 
 
-def _tensors_end(header: Any, corrupt: str) -> int:
+def _tensors_end(header: object, corrupt: str) -> int:
     """The end of the last tensor's bytes, from a header checked to be what the format says."""
     if not isinstance(header, dict):
         raise FetchError(f"{corrupt}: a JSON {type(header).__name__}, not an object")
@@ -401,10 +409,10 @@ def infer_task(config: dict[str, Any], model_type: str, library: str, source: st
             f"{source}: cannot infer a task from architectures {architectures or '(none)'}; give the task explicitly",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
-    task = TasksManager.map_from_synonym(task)
+    name: str = TasksManager.map_from_synonym(task)
     try:
         supported = TasksManager.get_supported_tasks_for_model_type(model_type, "onnx", library_name=library)
     except KeyError:
-        return task
-    return f"{task}-with-past" if f"{task}-with-past" in supported else task
+        return name
+    return f"{name}-with-past" if f"{name}-with-past" in supported else name
 

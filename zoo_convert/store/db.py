@@ -100,8 +100,8 @@ class ResultStore:
         manifest: str,
         manifest_hash: str,
         versions: dict[str, str],
-        resources: dict,
-        settings: dict,
+        resources: dict[str, float],
+        settings: dict[str, object],
         name: str | None = None,
     ) -> None:
         """Register a run before its first result; a run id is used once, and so is a name."""
@@ -110,7 +110,7 @@ class ResultStore:
                 raise StoreError(f"run {run_id!r} already exists")
             if name is not None:
                 _check_run_name(con, name)
-            (seq,) = con.execute("SELECT coalesce(max(run_seq), 0) + 1 FROM runs").fetchone()
+            (seq,) = _one(con, "SELECT coalesce(max(run_seq), 0) + 1 FROM runs")
             con.execute(
                 "INSERT INTO runs (run_id, run_seq, manifest, manifest_hash, versions, resources, settings,"
                 " started_at, status, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -165,19 +165,23 @@ class ResultStore:
             ).fetchone()
             if dup:
                 raise StoreError(f"job {dup[0]!r} is already recorded in run {run_id!r}")
-            (seq,) = con.execute("SELECT coalesce(max(job_seq), 0) FROM results").fetchone()
-            rows, checks, census = [], [], []
-            latest: dict[tuple, int] = {}  # earlier jobs of this batch are predecessors too
+            (seq,) = _one(con, "SELECT coalesce(max(job_seq), 0) FROM results")
+            rows: list[dict[str, object]] = []
+            checks: list[dict[str, object]] = []
+            census: list[dict[str, object]] = []
+            # earlier jobs of this batch are predecessors too; keyed by (source, revision, exporter, requested opset)
+            latest: dict[tuple[str, str | None, str, int | None], int] = {}
             for job_key, result in jobs:
                 seq += 1
                 model = (result.source, result.revision, result.exporter, result.opset_requested)
                 previous = latest.get(model)
                 if previous is None:
-                    (previous,) = con.execute(
+                    (previous,) = _one(
+                        con,
                         "SELECT max(job_seq) FROM results WHERE source = ? AND revision IS NOT DISTINCT FROM ?"
                         " AND exporter IS NOT DISTINCT FROM ? AND opset_requested IS NOT DISTINCT FROM ?",
                         list(model),
-                    ).fetchone()
+                    )
                 latest[model] = seq
                 for row in result_rows(result, run_id=run_id, job_key=job_key, job_seq=seq, recorded_at=_utcnow()):
                     rows.append({**row, "previous_job_seq": previous})
@@ -190,14 +194,15 @@ class ResultStore:
     def finish_run(self, run_id: str, *, status: str = "completed") -> None:
         """Stamp the run's end time, final status and job counts."""
         with self._transaction() as con:
-            counts = con.execute(
+            counts = _one(
+                con,
                 "SELECT count(DISTINCT job_key),"
                 " count(DISTINCT job_key) FILTER (WHERE job_status = 'passed'),"
                 # an inconclusive job is neither: n_jobs - n_passed - n_failed of them
                 " count(DISTINCT job_key) FILTER (WHERE job_status NOT IN ('passed', 'inconclusive'))"
                 " FROM results WHERE run_id = ?",
                 [run_id],
-            ).fetchone()
+            )
             updated = con.execute(
                 "UPDATE runs SET finished_at = ?, status = ?, n_jobs = ?, n_passed = ?, n_failed = ?"
                 " WHERE run_id = ? RETURNING run_id",
@@ -206,11 +211,11 @@ class ResultStore:
             if not updated:
                 raise StoreError(f"unknown run {run_id!r}")
 
-    def record_publication(self, row: dict[str, Any]) -> None:
+    def record_publication(self, row: dict[str, object]) -> None:
         """Append one publish outcome (``publish.Publication.to_row()``) to ``publications``."""
         self.record_publications([row])
 
-    def record_publications(self, rows: list[dict[str, Any]]) -> None:
+    def record_publications(self, rows: list[dict[str, object]]) -> None:
         """Append several publish outcomes in one transaction, their timestamps in the order given."""
         now = _utcnow()
         with self._transaction() as con:
@@ -263,11 +268,11 @@ class ResultStore:
 
 def result_rows(
     result: ConversionResult, *, run_id: str, job_key: str, job_seq: int, recorded_at: datetime
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """The ``results`` rows of one job: one per variant, or one with variant NULL when none exists."""
     job_seconds = {name: _stage_seconds(result, name) for name in JOB_STAGES}
     peaks = [s.peak_mem_mb for s in result.stages if s.peak_mem_mb is not None]
-    job = {
+    job: dict[str, object] = {
         "run_id": run_id,
         "job_key": job_key,
         "job_seq": job_seq,
@@ -311,7 +316,7 @@ def result_rows(
     return [{**job, **_variant_columns(result, v)} for v in result.variants]
 
 
-def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) -> list[dict[str, Any]]:
+def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) -> list[dict[str, object]]:
     """The ``verification`` rows of one job: one per variant, output and input shape."""
     return [
         {
@@ -333,7 +338,7 @@ def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) ->
     ]
 
 
-def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, Any]:
+def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, object]:
     status, kind, stage, message = v.status, v.failure_kind, None, v.message
     if v.status == FAILED:
         stage = result.failed_stage(v)
@@ -369,7 +374,7 @@ def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = N
     return sum(times) if times else None
 
 
-def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, object]]) -> None:
     if not rows:
         return
     # Every row's columns: a job that failed before any variant has fewer than one with variants.
@@ -395,7 +400,9 @@ def _open(path: Path, read_only: bool, lock_timeout_s: float) -> duckdb.DuckDBPy
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.02
     while True:
-        config = {} if read_only or path.exists() else {"storage_compatibility_version": STORAGE_VERSION}
+        config: dict[str, str | bool | int | float | list[str]] = (
+            {} if read_only or path.exists() else {"storage_compatibility_version": STORAGE_VERSION}
+        )
         try:
             return duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as exc:
@@ -439,9 +446,17 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
         con.commit()
 
 
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple[Any, ...]:
+    """The row of a query that always answers one (an aggregate without GROUP BY)."""
+    row = con.execute(sql, params).fetchone()
+    if row is None:
+        raise StoreError(f"no row where one is always expected: {sql}")
+    return row
+
+
 def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     try:
-        (version,) = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        (version,) = _one(con, "SELECT coalesce(max(version), 0) FROM schema_migrations")
     except duckdb.CatalogException as exc:
         raise StoreError(f"{path} is not a zoo_convert results database") from exc
     if version < LATEST_VERSION:
@@ -465,12 +480,12 @@ def _map(d: dict[str, str]) -> dict[str, list[str]]:
     return {"key": [str(k) for k in d], "value": [str(v) for v in d.values()]}
 
 
-def _json(obj: Any) -> str:
+def _json(obj: object) -> str:
     """JSON text DuckDB accepts: non-finite floats (an int8 tolerance is inf) become strings."""
     return json.dumps(_finite(obj), default=_default, sort_keys=True)
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: object) -> object:
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     if isinstance(obj, dict):
@@ -482,7 +497,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _default(o: Any) -> Any:
+def _default(o: object) -> object:
     if hasattr(o, "item"):  # numpy scalars
         return _finite(o.item())
     return str(o)

@@ -6,11 +6,11 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 import duckdb
 
@@ -20,8 +20,35 @@ from .db import ResultStore
 EXPORTED = ("runs", "results", "verification", "op_census", "publications",
             "latest_results", "compat_matrix", "regressions", "failure_signatures")
 
+Row: TypeAlias = tuple[Any, ...]  # a DuckDB row: each value of its column's SQL type
+Params: TypeAlias = Sequence[object] | Mapping[str, object] | None  # ? or $name parameters
+# A value as JSON data, which is what _plain makes of a DuckDB value.
+Plain: TypeAlias = str | int | float | bool | None | list["Plain"] | dict[str, "Plain"]
 
-def query(store: ResultStore, sql: str, params: list[Any] | None = None) -> tuple[list[str], list[tuple]]:
+
+class RunStatus(TypedDict):
+    """The latest run at a glance (``status()``), as ``db status`` prints it."""
+
+    run_id: str
+    name: str | None
+    status: str
+    manifest: str
+    started_at: datetime
+    finished_at: datetime | None
+    jobs: int
+    converted: int
+    partial: int
+    inconclusive: int
+    not_converted: int
+    variants_verified: int
+    variants: int
+    result_rows: int
+    failure_kinds: dict[str, int]
+    regressions: int
+    runs: int
+
+
+def query(store: ResultStore, sql: str, params: Params = None) -> tuple[list[str], list[Row]]:
     """Run one SQL statement; returns column names and rows."""
     with store.connect() as con:
         try:
@@ -33,17 +60,17 @@ def query(store: ResultStore, sql: str, params: list[Any] | None = None) -> tupl
         return [d[0] for d in cur.description], cur.fetchall()
 
 
-def status(store: ResultStore) -> dict[str, Any]:
+def status(store: ResultStore) -> RunStatus | None:
     """The latest run at a glance: models converted, variants verified, failure kinds, regressions.
 
     A model is converted when its fp32 graph verified; it is partial when a variant
     beside it failed; inconclusive when its fp32 graph matched a reference that proves
     nothing (neither converted nor not). Variants count the artifacts that were made.
-    Empty when there is no run.
+    None when there is no run.
     """
     cols, rows = query(store, "SELECT * FROM runs ORDER BY run_seq DESC LIMIT 1")
     if not rows:
-        return {}
+        return None
     run = dict(zip(cols, rows[0]))
     _, counts = query(
         store,
@@ -70,23 +97,28 @@ def status(store: ResultStore) -> dict[str, Any]:
     )
     _, regressed = query(store, "SELECT count(*) FROM regressions WHERE run_id = ?", [run["run_id"]])
     jobs, converted, partial, inconclusive, n_rows, variants_verified, variants = counts[0]
-    return {
-        **{k: run[k] for k in ("run_id", "name", "status", "manifest", "started_at", "finished_at")},
-        "jobs": jobs,
-        "converted": converted,
-        "partial": partial,
-        "inconclusive": inconclusive,
-        "not_converted": jobs - converted - inconclusive,
-        "variants_verified": variants_verified,
-        "variants": variants,
-        "result_rows": n_rows,
-        "failure_kinds": dict(kinds),
-        "regressions": regressed[0][0],
-        "runs": query(store, "SELECT count(*) FROM runs")[1][0][0],
-    }
+    return RunStatus(
+        run_id=run["run_id"],
+        name=run["name"],
+        status=run["status"],
+        manifest=run["manifest"],
+        started_at=run["started_at"],
+        finished_at=run["finished_at"],
+        jobs=jobs,
+        converted=converted,
+        partial=partial,
+        inconclusive=inconclusive,
+        not_converted=jobs - converted - inconclusive,
+        variants_verified=variants_verified,
+        variants=variants,
+        result_rows=n_rows,
+        failure_kinds=dict(kinds),
+        regressions=regressed[0][0],
+        runs=query(store, "SELECT count(*) FROM runs")[1][0][0],
+    )
 
 
-def format_status(info: dict[str, Any]) -> str:
+def format_status(info: RunStatus) -> str:
     """``status()`` as aligned lines for a terminal."""
     kinds = ", ".join(f"{k} {n}" for k, n in info["failure_kinds"].items()) or "none"
     lines = [
@@ -126,7 +158,7 @@ def first_run_since(store: ResultStore, since: str) -> int:
         when = when.astimezone(timezone.utc).replace(tzinfo=None)
     _, rows = query(store, "SELECT coalesce(min(run_seq) FILTER (WHERE started_at >= ?), max(run_seq) + 1, 1) FROM runs",
                     [when])
-    return rows[0][0]
+    return int(rows[0][0])
 
 
 REGRESSION_COLUMNS = ("run", "since_run", "regression", "source", "exporter", "opset", "variant", "changed",
@@ -196,7 +228,7 @@ def _short(revision: str | None) -> str:
     return revision.removeprefix("sha256:")[:10]
 
 
-def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str], list[tuple]]:
+def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str], list[Row]]:
     """Regressions in the runs after ``since`` (a run name, id or date), or in the latest run when it is None."""
     if since is None:
         _, rows = query(store, "SELECT coalesce(max(run_seq), 0) FROM runs")
@@ -221,7 +253,7 @@ def export_parquet(store: ResultStore, out_dir: str | Path) -> list[Path]:
     return written
 
 
-def format_table(columns: list[str], rows: list[tuple], *, max_width: int = 60) -> str:
+def format_table(columns: list[str], rows: list[Row], *, max_width: int = 60) -> str:
     """Rows as an aligned plain-text table, each cell cut at ``max_width`` characters."""
     cells = [[_cell(v, max_width) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
@@ -231,7 +263,7 @@ def format_table(columns: list[str], rows: list[tuple], *, max_width: int = 60) 
     return "\n".join(lines)
 
 
-def format_csv(columns: list[str], rows: list[tuple]) -> str:
+def format_csv(columns: list[str], rows: list[Row]) -> str:
     """RFC 4180 CSV with a header row; values are never cut, nested ones are JSON."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -241,14 +273,14 @@ def format_csv(columns: list[str], rows: list[tuple]) -> str:
     return out.getvalue().rstrip("\n")
 
 
-def format_json(columns: list[str], rows: list[tuple]) -> str:
+def format_json(columns: list[str], rows: list[Row]) -> str:
     """A JSON array of one object per row; NaN and infinities are null, timestamps ISO 8601."""
     return json.dumps([dict(zip(columns, (_plain(v) for v in row))) for row in rows], indent=1)
 
 
-def format_markdown(columns: list[str], rows: list[tuple]) -> str:
+def format_markdown(columns: list[str], rows: list[Row]) -> str:
     """A GitHub-flavoured Markdown table; cells keep their full text on one line."""
-    def cell(value: Any) -> str:
+    def cell(value: object) -> str:
         text = _cell(value, max_width=0)
         return text.replace("\\", "\\\\").replace("|", "\\|")
 
@@ -257,7 +289,7 @@ def format_markdown(columns: list[str], rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
-FORMATS: dict[str, Callable[[list[str], list[tuple]], str]] = {
+FORMATS: dict[str, Callable[[list[str], list[Row]], str]] = {
     "table": format_table,
     "csv": format_csv,
     "json": format_json,
@@ -265,7 +297,7 @@ FORMATS: dict[str, Callable[[list[str], list[tuple]], str]] = {
 }
 
 
-def _csv_cell(value: Any) -> Any:
+def _csv_cell(value: object) -> str | int | float:
     if value is None:
         return ""
     if isinstance(value, (str, int, float)):  # bool is an int; a float keeps every digit (NaN as nan)
@@ -274,7 +306,7 @@ def _csv_cell(value: Any) -> Any:
     return plain if isinstance(plain, str) else json.dumps(plain)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Plain:
     """A DuckDB value as JSON data: no NaN (not JSON), dates as ISO text, decimals as numbers."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -295,7 +327,7 @@ def _plain(value: Any) -> Any:
     return str(value)  # UUID and the like
 
 
-def _cell(value: Any, max_width: int) -> str:
+def _cell(value: object, max_width: int) -> str:
     text = "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
     text = " ".join(text.split())
     return text if not max_width or len(text) <= max_width else text[: max_width - 1] + "…"
@@ -335,7 +367,7 @@ def job_results(store: ResultStore, run_id: str, job_keys: list[str] | None = No
     shapes the DuckDB driver returns them in.
     """
     sql = "SELECT * FROM results WHERE run_id = ?"
-    params: list[Any] = [run_id]
+    params: list[object] = [run_id]
     if job_keys is not None:
         sql += " AND list_contains(?, job_key)"
         params.append(job_keys)

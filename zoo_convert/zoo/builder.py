@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +16,19 @@ from ..errors import UsageError
 from ..manifest import SCHEMA
 from .catalogue import CTC_VOCAB, IMAGE_SIZE, TASK_CLASSES, WHISPER_FRAMES, ZOO, ZooModel
 from .tokenizers import make_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import (
+        FeatureExtractionMixin,
+        ImageProcessingMixin,
+        PretrainedConfig,
+        PreTrainedTokenizerFast,
+        ProcessorMixin,
+    )
+
+    # What a zoo model saves beside its weights for its inputs: an image processor, a feature
+    # extractor, or a processor holding one of them with the tokenizer.
+    Preprocessor: TypeAlias = ProcessorMixin | ImageProcessingMixin | FeatureExtractionMixin
 
 # The demo builds the zoo here; manifests/zoo.parquet points at it from manifests/.
 REPO_MANIFEST_PREFIX = "../build/demo/zoo"
@@ -117,39 +130,40 @@ def model_seed(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def image_size(config: Any) -> int:
+def image_size(config: PretrainedConfig) -> int:
     """The image side a model's config asks for (its vision tower's, in two-tower models)."""
     vision = getattr(config, "vision_config", config)
     size = getattr(vision, "image_size", IMAGE_SIZE)
-    return size[0] if isinstance(size, (list, tuple)) else size
+    return int(size[0] if isinstance(size, (list, tuple)) else size)
 
 
-def _vit_processor(config: Any, tokenizer: Any) -> Any:
+def _vit_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import ViTImageProcessor
 
     size = image_size(config)
     return ViTImageProcessor(size={"height": size, "width": size})
 
 
-def _convnext_processor(config: Any, tokenizer: Any) -> Any:
+def _convnext_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import ConvNextImageProcessor
 
     return ConvNextImageProcessor(size={"shortest_edge": image_size(config)})
 
 
-def _segformer_processor(config: Any, tokenizer: Any) -> Any:
+def _segformer_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import SegformerImageProcessor
 
-    return SegformerImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    processor: ImageProcessingMixin = SegformerImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    return processor  # transformers' @requires decorator hides this class's type
 
 
-def _detr_processor(config: Any, tokenizer: Any) -> Any:
+def _detr_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import DetrImageProcessor
 
     return DetrImageProcessor(size={"shortest_edge": IMAGE_SIZE, "longest_edge": IMAGE_SIZE})
 
 
-def _clip_processor(config: Any, tokenizer: Any) -> Any:
+def _clip_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import CLIPImageProcessor, CLIPProcessor
 
     size = image_size(config)
@@ -157,7 +171,7 @@ def _clip_processor(config: Any, tokenizer: Any) -> Any:
     return CLIPProcessor(image_processor=image, tokenizer=tokenizer)
 
 
-def _owlvit_processor(config: Any, tokenizer: Any) -> Any:
+def _owlvit_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import OwlViTImageProcessor, OwlViTProcessor
 
     size = image_size(config)
@@ -165,13 +179,13 @@ def _owlvit_processor(config: Any, tokenizer: Any) -> Any:
     return OwlViTProcessor(image_processor=image, tokenizer=tokenizer)
 
 
-def _wav2vec2_extractor(config: Any, tokenizer: Any) -> Any:
+def _wav2vec2_extractor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import Wav2Vec2FeatureExtractor
 
     return Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, return_attention_mask=True)
 
 
-def _wav2vec2_ctc_processor(config: Any, tokenizer: Any) -> Any:
+def _wav2vec2_ctc_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     import tempfile
 
     from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2Processor
@@ -183,7 +197,7 @@ def _wav2vec2_ctc_processor(config: Any, tokenizer: Any) -> Any:
     return Wav2Vec2Processor(feature_extractor=_wav2vec2_extractor(config, None), tokenizer=ctc)
 
 
-def _whisper_processor(config: Any, tokenizer: Any) -> Any:
+def _whisper_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import WhisperFeatureExtractor, WhisperProcessor
 
     extractor = WhisperFeatureExtractor(
@@ -192,14 +206,14 @@ def _whisper_processor(config: Any, tokenizer: Any) -> Any:
     return WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer)
 
 
-def _speech2text_extractor(config: Any, tokenizer: Any) -> Any:
+def _speech2text_extractor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
     from transformers import Speech2TextFeatureExtractor
 
     bins = config.input_feat_per_channel
     return Speech2TextFeatureExtractor(feature_size=bins, num_mel_bins=bins, sampling_rate=16000)
 
 
-_PROCESSORS = {
+_PROCESSORS: dict[str, Callable[[PretrainedConfig, PreTrainedTokenizerFast | None], Preprocessor]] = {
     "vit": _vit_processor,
     "convnext": _convnext_processor,
     "segformer": _segformer_processor,

@@ -11,7 +11,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
 SEED = 0
 VOCAB_SIZE = 1000
@@ -70,7 +74,7 @@ class TokenizerSpec:
     specials: tuple[str, ...]
     cls: str
     roles: dict[str, str] = field(default_factory=dict)
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, object] = field(default_factory=dict)
 
 
 _BERT_ROLES = {
@@ -116,7 +120,7 @@ def llama_bpe(cls: str = "LlamaTokenizerFast", **roles: str) -> TokenizerSpec:
     return TokenizerSpec("metaspace-bpe", ("<unk>", "<s>", "</s>"), cls, {**_LLAMA_ROLES, **roles})
 
 
-def t5_unigram(cls: str = "T5TokenizerFast", **kwargs: Any) -> TokenizerSpec:
+def t5_unigram(cls: str = "T5TokenizerFast", **kwargs: object) -> TokenizerSpec:
     """A t5-style sentencepiece Unigram tokenizer saved as ``cls``."""
     return TokenizerSpec("unigram", ("<pad>", "</s>", "<unk>"), cls, _T5_ROLES, kwargs)
 
@@ -131,7 +135,7 @@ def bert_bytelevel(cls: str) -> TokenizerSpec:
     return TokenizerSpec("bytelevel", _BERT_SPECIALS, cls, _BERT_ROLES)
 
 
-def roberta_unigram(cls: str, **kwargs: Any) -> TokenizerSpec:
+def roberta_unigram(cls: str, **kwargs: object) -> TokenizerSpec:
     """A sentencepiece Unigram tokenizer with roberta's special tokens (xlm-roberta, camembert)."""
     return TokenizerSpec("unigram", _ROBERTA_SPECIALS, cls, _ROBERTA_ROLES, kwargs)
 
@@ -157,12 +161,12 @@ def whisper_bpe() -> TokenizerSpec:
     return TokenizerSpec("bytelevel", specials, "WhisperTokenizerFast", roles)
 
 
-def make_tokenizer(spec: TokenizerSpec) -> Any:
+def make_tokenizer(spec: TokenizerSpec) -> PreTrainedTokenizerFast:
     """A fast tokenizer of class ``spec.cls`` over a vocabulary learned from :func:`corpus`."""
     import transformers
     from tokenizers import Tokenizer
 
-    cls = getattr(transformers, spec.cls)
+    cls: type[PreTrainedTokenizerFast] = getattr(transformers, spec.cls)
     backend = Tokenizer.from_str(_trained_json(spec.algo, spec.specials, spec.roles["unk_token"]))
     return cls(tokenizer_object=backend, **spec.roles, **spec.kwargs)
 
@@ -183,15 +187,15 @@ def _trained_json(algo: str, specials: tuple[str, ...], unk: str) -> str:
         counts = _pre_token_counts(pre, normalizer)
         chars = sorted({c for word in counts for c in word})
         words = [w for w in sorted(counts, key=lambda w: (-counts[w], w)) if len(w) > 1]
-        vocab = list(specials) + chars + ["##" + c for c in chars] + words
-        tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab[:VOCAB_SIZE])}, unk_token=unk))
+        tokens = list(specials) + chars + ["##" + c for c in chars] + words
+        tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens[:VOCAB_SIZE])}, unk_token=unk))
         tok.normalizer = normalizer
         tok.pre_tokenizer = pre
         tok.decoder = decoders.WordPiece()
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]",
             pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))],
+            special_tokens=[("[CLS]", tokens.index("[CLS]")), ("[SEP]", tokens.index("[SEP]"))],
         )
     elif algo == "bytelevel":
         # CLIPTokenizerFast insists on a Sequence here.
@@ -216,10 +220,11 @@ def _trained_json(algo: str, specials: tuple[str, ...], unk: str) -> str:
     else:
         raise ValueError(f"unknown tokenizer algorithm {algo!r}")
     tok.add_special_tokens(list(specials))
-    return tok.to_str()
+    serialized: str = tok.to_str()
+    return serialized
 
 
-def _pre_token_counts(pre: Any, normalizer: Any = None) -> dict[str, int]:
+def _pre_token_counts(pre: pre_tokenizers.PreTokenizer, normalizer: normalizers.Normalizer | None = None) -> dict[str, int]:
     """How often each pre-token (word piece before the model splits it) occurs in the corpus."""
     counts: dict[str, int] = {}
     for line in corpus():
@@ -229,7 +234,7 @@ def _pre_token_counts(pre: Any, normalizer: Any = None) -> dict[str, int]:
     return counts
 
 
-def _metaspace() -> Any:
+def _metaspace() -> pre_tokenizers.Metaspace:
     from tokenizers import pre_tokenizers
 
     return pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
