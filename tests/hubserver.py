@@ -236,6 +236,12 @@ class HubServer:
         with self._lock:
             self._faults.append(_Fault(re.compile(path_regex), None, times, None, None, seconds))
 
+    def forget_requests(self) -> None:
+        """Empty every rate-limit window at once, as if its requests had aged out."""
+        with self._lock:
+            for accepted in self._accepted.values():
+                accepted.clear()
+
     def requests(self, method: str | None = None, path_regex: str = "") -> list[tuple[str, str, int]]:
         """Logged requests, filtered by method and a regex on the path."""
         with self._lock:

@@ -18,18 +18,21 @@ from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
 TESTS = Path(__file__).resolve().parent
-JOB_S = 4.0
 
 
-def slow_convert(
+def held_convert(
     entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
 ) -> ConversionResult:
-    """The real pipeline, a few seconds late, with a marker file while it runs."""
+    """The real pipeline, held until the test has removed a node (the file ``go``), with a marker file while it runs."""
     marker = Path(settings.out_dir, "running", str(os.getpid()))
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
+    go, deadline = Path(settings.out_dir, "go"), time.monotonic() + 300
     try:
-        time.sleep(JOB_S)
+        while not go.exists():  # the jobs run in other processes: a file is the event they can wait on
+            if time.monotonic() > deadline:
+                raise TimeoutError("the test never removed a node")
+            time.sleep(0.05)
         return convert_one(entry, settings, on_stage=on_stage)
     finally:
         marker.unlink(missing_ok=True)
@@ -37,7 +40,7 @@ def slow_convert(
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    # the nodes' workers import this module to unpickle slow_convert
+    # the nodes' workers import this module to unpickle held_convert
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old) if p)
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
@@ -54,15 +57,15 @@ def cluster() -> Iterator[Cluster]:
 
 
 class KillNodeWhileBusy(Progress):
-    """Removes a worker node (SIGKILL, no drain) once two jobs run at the same time.
+    """Removes a worker node (SIGKILL, no drain) once two jobs run at the same time, then lets the jobs go on.
 
-    Each node has one CPU, so two running jobs (two markers of slow_convert) are one
-    per node: the kill lands mid-job. The driver ticks every second; a job lasts > JOB_S.
+    Each node has one CPU, so two running jobs (two markers of held_convert) are one per
+    node, and neither can finish before the kill (``go``): the kill lands mid-job.
     """
 
-    def __init__(self, cluster: Cluster, markers: Path) -> None:
+    def __init__(self, cluster: Cluster, out_dir: Path) -> None:
         super().__init__(live=False)
-        self.cluster, self.markers = cluster, markers
+        self.cluster, self.markers, self.go = cluster, out_dir / "running", out_dir / "go"
         self.killed = False
 
     def tick(self, report: FarmReport, running: int) -> None:
@@ -70,6 +73,7 @@ class KillNodeWhileBusy(Progress):
         if not self.killed and len(list(self.markers.glob("*"))) >= 2:
             self.cluster.remove_node(list(self.cluster.worker_nodes)[-1], allow_graceful=False)
             self.killed = True
+            self.go.touch()
 
 
 def test_node_lost_mid_run(cluster: Cluster, zoo_dir: Path, tmp_path: Path) -> None:
@@ -78,13 +82,13 @@ def test_node_lost_mid_run(cluster: Cluster, zoo_dir: Path, tmp_path: Path) -> N
     rows.append({"source": str(zoo_dir / "bert"), "task": "feature-extraction", "variants": ["fp32"], "gpu": True})
     manifest = write_manifest(rows, tmp_path / "m.parquet")
     db = tmp_path / "r.duckdb"
-    progress = KillNodeWhileBusy(cluster, tmp_path / "out" / "running")
+    progress = KillNodeWhileBusy(cluster, tmp_path / "out")
     report = run_farm(
         manifest,
         db_path=db,
         settings=Settings(out_dir=str(tmp_path / "out"), bench_warmup=0, bench_runs=2),
         options=FarmOptions(address=cluster.address, backoff_s=0.1),
-        job_fn=slow_convert,
+        job_fn=held_convert,
         progress=progress,
     )
     assert progress.killed and report.recorded == len(rows)

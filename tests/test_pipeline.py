@@ -16,37 +16,44 @@ import pytest
 
 from zoo_convert.errors import LONG_INPUTS_ONLY
 from zoo_convert.pipeline import convert_one
-from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+from zoo_convert.records import DEFAULT_VARIANTS, ConversionResult, ManifestEntry, Settings
 
 FAST = dict(bench_warmup=1, bench_runs=3)
+
+# What the bundled zoo gives with the optimum exporter, model by model and variant by variant
+# (the README's zoo table): every variant of every model verifies, except these, on purpose.
+ZOO_FAILURES = {
+    # traced at 16 tokens, the graph keeps the short-input path: wrong at the long shape only
+    "bigbird": {"fp32": "verify_numerics"},
+    "phi3-longrope": {"fp32": "verify_numerics", "fp16": "verify_numerics"},
+    # ONNX Runtime's CPU layout optimizer crashes loading the fp16 graph
+    "wavlm": {"fp16": "optimize_error"},
+}
 
 
 @pytest.fixture(scope="session")
 def zoo_results(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ConversionResult]:
-    """Every zoo model through the real pipeline, fp32 only (the variants are covered below)."""
+    """Every zoo model through the real pipeline, with the default variants (fp32, fp16, int8)."""
     settings = Settings(out_dir=str(tmp_path_factory.mktemp("zoo-onnx")), **FAST)
     rows = pq.read_table(zoo_dir / "manifest.parquet").to_pylist()
     return {
-        row["source"]: convert_one(
-            ManifestEntry(source=str(zoo_dir / row["source"]), task=row["task"], variants=("fp32",)), settings
-        )
+        row["source"]: convert_one(ManifestEntry(source=str(zoo_dir / row["source"]), task=row["task"]), settings)
         for row in rows
     }
 
 
-def test_every_zoo_model_ends_with_a_recorded_status(zoo_results: dict[str, ConversionResult]) -> None:
-    assert len(zoo_results) >= 30
+def test_every_zoo_model_and_variant_ends_as_expected(zoo_results: dict[str, ConversionResult]) -> None:
+    """Each variant verified (within its tolerance: fp32's max abs is 1e-4) or failed with its expected kind."""
+    from zoo_convert import zoo
+
+    assert list(zoo_results) == [m.name for m in zoo.ZOO] and len(zoo_results) == 57
+    got = {name: {v.variant: v.failure_kind or v.status for v in r.variants} for name, r in zoo_results.items()}
+    expected = {name: {v: ZOO_FAILURES.get(name, {}).get(v, "passed") for v in DEFAULT_VARIANTS} for name in got}
+    assert got == expected, {n: (r.failure_kind, r.message) for n, r in zoo_results.items() if got[n] != expected[n]}
     for name, result in zoo_results.items():
-        assert result.status in ("passed", "failed"), name
-        if not result.passed:
-            assert result.failure_kind and result.message, f"{name}: failure without kind or message"
-            assert result.failure_kind != "internal", f"{name}: {result.traceback}"
-
-
-def test_at_least_90_percent_of_the_zoo_verifies_at_1e_4(zoo_results: dict[str, ConversionResult]) -> None:
-    passed = [n for n, r in zoo_results.items() if r.passed and r.variant("fp32").max_abs <= 1e-4]
-    failed = {n: f"{r.failure_kind}: {r.message}" for n, r in zoo_results.items() if n not in passed}
-    assert len(passed) / len(zoo_results) >= 0.9, failed
+        fp32_failed = "fp32" in ZOO_FAILURES.get(name, {})
+        assert (result.status, result.failure_kind) == (("failed", "verify_numerics") if fp32_failed else ("passed", None))
+        assert result.partial == (not fp32_failed and name in ZOO_FAILURES), name
 
 
 def test_a_model_right_for_short_inputs_only_is_told_apart(

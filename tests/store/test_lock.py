@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -74,15 +75,16 @@ def test_wait_starts_once_the_holder_is_gone_and_a_killed_run_is_marked_abandone
     assert waiting.stderr is not None
     line = waiting.stderr.readline()
     assert "run run-A" in line and "waiting" in line, line
-    time.sleep(1)
     assert waiting.poll() is None  # still waiting
+    released_at = datetime.now(timezone.utc).replace(tzinfo=None)  # the DB's clock: naive UTC
     os.kill(holder.pid, signal.SIGKILL)  # the holder dies without letting go: the kernel does
     out, err = waiting.communicate(timeout=120)
     assert waiting.returncode == 0, err
     with duckdb.connect(str(db), read_only=True) as con:
-        runs = con.execute("SELECT run_id, status FROM runs ORDER BY run_seq").fetchall()
+        runs = con.execute("SELECT run_id, status, started_at FROM runs ORDER BY run_seq").fetchall()
         recorded = con.execute("SELECT count(*) FROM results").fetchone()[0]
-    assert runs[0] == ("run-killed", "abandoned") and runs[1][1] == "completed" and recorded == 1
+    assert runs[0][:2] == ("run-killed", "abandoned") and runs[1][1] == "completed" and recorded == 1
+    assert runs[1][2] >= released_at  # it waited: its run began only once the holder was gone
 
 
 def test_a_finished_run_leaves_the_lock_free_for_the_next(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -182,18 +183,24 @@ def test_failure_signatures_strip_numbers_paths_hex_and_names(history: ResultSto
 def test_a_reader_waits_for_the_writer_lock(tmp_path: Path) -> None:
     path = tmp_path / "r.duckdb"
     ResultStore(path)
+    # holds the file until it reads a line: the lock is let go when the test says so, not after a guessed time
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', flush=True);"
-                               " time.sleep(1.5)"],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(path)!r}); print('held', flush=True);"
+                               " sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(StoreError, match="held by another process"):
             ResultStore(path, read_only=True, lock_timeout_s=0.2)
-        reader = ResultStore(path, read_only=True, lock_timeout_s=30)
-        assert reader.terminal_keys() == set()
+        with ThreadPoolExecutor(1) as pool:
+            reader = pool.submit(ResultStore, path, read_only=True, lock_timeout_s=60)
+            assert not reader.done()  # it cannot get in while the file is held
+            holder.stdin.write("let go\n")
+            holder.stdin.flush()
+            assert reader.result(timeout=60).terminal_keys() == set()
     finally:
+        holder.stdin.close()
         holder.wait(timeout=30)
 
 
