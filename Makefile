@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a machine with nothing installed:
 #   make demo   builds the bundled tiny zoo and runs the farm on it
-#   make test   runs the test suite
+#   make test   type-checks the package (mypy, strict) and runs the whole test suite
+#   make test-fast   the inner loop: the tests not marked slow, no type check
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= build/demo
 
-.PHONY: demo test venv clean chromium node-deps bench
+.PHONY: demo test test-fast venv clean chromium node-deps bench
 
 venv: $(VENV)/.installed
 
@@ -41,7 +42,12 @@ $(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json
 	touch $@
 
 test: venv chromium node-deps
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# Well under a minute: no full-zoo run, no Ray cluster, no node or Chromium, no real-size model.
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow"
 
 # Each benchmark prints its verdict last; all of them run even when one misses its target.
 BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo bench_verify_shapes

@@ -75,3 +75,10 @@ def _poison(folder: Path, how: str) -> Path:
 def poison() -> Callable[[Path, str], Path]:
     """``poison(folder, how)``: see :func:`_poison`."""
     return _poison
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that drives headless Chromium (the ``browser`` fixture) is slow: left out of ``make test-fast``."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -52,6 +52,7 @@ def test_every_model_has_a_builder_or_ships_prebuilt() -> None:
         assert model.prebuilt or (model.name in _realsize.CONFIGS and model.name in _realsize.SIDE_FILES), model.name
 
 
+@pytest.mark.slow
 def test_measure_sums_a_process_tree_and_counts_forked_pages_once(tmp_path: Path) -> None:
     # 300 MB in the parent, shared with a forked child that never writes it, and a
     # separate 200 MB child: the tree holds ~0.5 GB; summing RSS would say ~0.8.

@@ -43,6 +43,7 @@ def test_every_command_has_an_example_in_its_help() -> None:
     assert not missing, missing
 
 
+@pytest.mark.slow
 def test_convert_prints_a_summary_and_writes_the_record(minilm_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [EXE, "convert", str(minilm_dir), "--out", str(tmp_path), "--variants", "fp32"],
@@ -54,6 +55,7 @@ def test_convert_prints_a_summary_and_writes_the_record(minilm_dir: Path, tmp_pa
     assert record["status"] == "passed" and record["variants"][0]["max_abs"] <= 1e-4
 
 
+@pytest.mark.slow
 def test_convert_failure_exits_1_with_json(tmp_path: Path) -> None:
     proc = subprocess.run(
         [EXE, "convert", str(tmp_path), "--out", str(tmp_path / "o"), "--json"],
@@ -70,6 +72,7 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and re.search(r"unknown variant", proc.stderr)
 
 
+@pytest.mark.slow
 def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32,int8",
@@ -153,6 +156,7 @@ def test_a_manifest_without_rows_is_one_line(tmp_path: Path) -> None:
     assert code == 1 and "has no rows" in out and isinstance(exc, SystemExit), out
 
 
+@pytest.mark.slow
 def test_convert_json_prints_only_json_on_stdout_even_when_the_exporter_dumps_its_graph(zoo_dir: Path, tmp_path: Path) -> None:
     """At opset 9 BERT does not export (dynamic Slice): torch's exporter fails and prints its graph from C++."""
     proc = subprocess.run(

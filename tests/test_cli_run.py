@@ -16,6 +16,8 @@ import pytest
 from zoo_convert import zoo
 from zoo_convert.manifest import SCHEMA
 
+pytestmark = pytest.mark.slow  # `zoo-convert run` starts Ray
+
 EXE = str(Path(sys.executable).with_name("zoo-convert"))
 NAME = "nightly-2026-01-01"
 

@@ -23,6 +23,8 @@ from zoo_convert.manifest import write_manifest
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
+pytestmark = pytest.mark.slow  # every test here starts Ray
+
 TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 

@@ -17,6 +17,8 @@ from zoo_convert.manifest import write_manifest
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
+pytestmark = pytest.mark.slow  # a Ray cluster of several nodes
+
 TESTS = Path(__file__).resolve().parent
 
 

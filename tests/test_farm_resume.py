@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from zoo_convert import zoo
 from zoo_convert.manifest import read_manifest
 from zoo_convert.plan import keyed_jobs
 from zoo_convert.records import Settings
+
+pytestmark = pytest.mark.slow  # the demo run through Ray, killed and resumed
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = str(Path(sys.executable).parent)

@@ -91,6 +91,7 @@ def _model_infos(server: HubServer, n: int, threads: int = 8, gap_s: float = 0.0
     return time.monotonic() - t0, errors
 
 
+@pytest.mark.slow
 def test_threads_drawing_from_one_budget_meet_the_limit_without_a_429(hub: HubServer) -> None:
     hub_budget.install(None)
     _, errors = _model_infos(hub, 80)
@@ -105,6 +106,7 @@ def test_threads_drawing_from_one_budget_meet_the_limit_without_a_429(hub: HubSe
     assert fastest <= seconds <= 1.3 * fastest
 
 
+@pytest.mark.slow
 def test_a_429_pauses_every_thread_and_the_refused_request_is_sent_again(hub: HubServer) -> None:
     hub_budget.install(LocalGovernor(HubLimits(api=20, window_s=2.0)))
     hub.fail_next(r"^/api/models/", 429, retry_after=1.0)

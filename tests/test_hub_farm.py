@@ -27,6 +27,8 @@ from zoo_convert.isolation import run_isolated
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import ManifestEntry, Settings
 
+pytestmark = pytest.mark.slow  # every test here starts Ray
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -118,7 +120,6 @@ def test_resolution_that_fails_for_now_is_retried_within_the_run(local_ray: None
     assert all(len(rev) == 40 for _, _, rev in rows)  # keyed by the commit, so a rerun skips them
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_300_models_two_workers_one_budget(local_ray: None, tmp_path: Path) -> None:
     owners, per_owner = 30, 10

@@ -98,6 +98,7 @@ def test_server_errors_are_transient(hub: tuple[HubServer, dict[str, str]], tmp_
     assert info.value.kind == FailureKind.FETCH_TRANSIENT and info.value.kind.transient
 
 
+@pytest.mark.slow
 def test_convert_prints_no_download_progress_bars(hub: tuple[HubServer, dict[str, str]], tmp_path: Path) -> None:
     """huggingface_hub draws tqdm bars on stderr for every snapshot; our output is our lines only."""
     server, _ = hub

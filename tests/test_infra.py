@@ -261,6 +261,7 @@ def _calls(env: dict[str, str]) -> list[list[str]]:
     return calls
 
 
+@pytest.mark.slow
 def test_nightly_sh_commands_parse_and_the_db_is_backed_up_and_restored(nightly_env: dict[str, str]) -> None:
     db = Path(nightly_env["ZOO_DB"])
     db.parent.mkdir()

@@ -17,6 +17,8 @@ from zoo_convert.isolation import ForkServer, fork_server, run_isolated
 from zoo_convert.pipeline import StageCallback
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 
+pytestmark = pytest.mark.slow  # the fork server these tests start warms by importing torch and the exporters
+
 TESTS = Path(__file__).resolve().parent
 
 ENTRY = ManifestEntry(source="fault", row=7, tags=("t",))
@@ -154,6 +156,7 @@ def test_a_job_dies_with_its_caller(settings: Settings, tmp_path: Path) -> None:
     assert run_isolated(quick, ENTRY, settings).passed  # the server itself carries on
 
 
+@pytest.mark.slow
 def test_a_killed_server_is_reported_then_replaced(settings: Settings) -> None:
     assert run_isolated(quick, ENTRY, settings).passed
     old = fork_server().server_pid
@@ -164,6 +167,7 @@ def test_a_killed_server_is_reported_then_replaced(settings: Settings) -> None:
     assert fork_server().server_pid not in (None, old)
 
 
+@pytest.mark.slow
 def test_a_server_nobody_uses_exits(tmp_path: Path, settings: Settings) -> None:
     address = str(tmp_path / "s" / "fork.sock")
     (tmp_path / "s").mkdir(mode=0o700)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import zoo_convert.stages
 
 STAGES = Path(zoo_convert.stages.__file__).parent
@@ -61,6 +63,7 @@ print(json.dumps({"passed": result.passed, "changed": changed}))
 """
 
 
+@pytest.mark.slow
 def test_running_the_pipeline_changes_no_warning_filter_or_log_level(zoo_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", _STATE_PROBE, str(zoo_dir / "bert"), str(tmp_path)],

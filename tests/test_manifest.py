@@ -87,6 +87,7 @@ def test_bundled_hub_manifest_is_valid() -> None:
     assert m.rows > 2500 and not m.problems
 
 
+@pytest.mark.slow
 def test_100k_rows_validate_with_one_bad_row_found(tmp_path: Path) -> None:
     # the speed target (< 2 s) is measured in benchmarks/bench_manifest.py
     n = 100_000

@@ -42,6 +42,7 @@ def zoo_results(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     }
 
 
+@pytest.mark.slow
 def test_every_zoo_model_and_variant_ends_as_expected(zoo_results: dict[str, ConversionResult]) -> None:
     """Each variant verified (within its tolerance: fp32's max abs is 1e-4) or failed with its expected kind."""
     from zoo_convert import zoo
@@ -56,6 +57,7 @@ def test_every_zoo_model_and_variant_ends_as_expected(zoo_results: dict[str, Con
         assert result.partial == (not fp32_failed and name in ZOO_FAILURES), name
 
 
+@pytest.mark.slow
 def test_a_model_right_for_short_inputs_only_is_told_apart(
     zoo_results: dict[str, ConversionResult], tmp_path: Path
 ) -> None:
@@ -81,6 +83,7 @@ def test_a_model_right_for_short_inputs_only_is_told_apart(
     assert sum(n for sig, n in signatures if sig.startswith(LONG_INPUTS_ONLY)) == len(long_only)
 
 
+@pytest.mark.slow
 def test_results_carry_the_facts_of_the_export(zoo_results: dict[str, ConversionResult]) -> None:
     result = next(r for n, r in zoo_results.items() if r.passed and r.model_type == "bert")
     assert result.opset and result.ir_version and result.node_count > 10
@@ -96,6 +99,7 @@ def test_results_carry_the_facts_of_the_export(zoo_results: dict[str, Conversion
     assert ConversionResult.from_json(result.to_json()) == result
 
 
+@pytest.mark.slow
 def test_minilm_converts_all_variants(minilm_dir: Path, tmp_path: Path) -> None:
     result = convert_one(ManifestEntry(source=str(minilm_dir)), Settings(out_dir=str(tmp_path), **FAST))
     assert result.passed, result.message
@@ -149,6 +153,7 @@ def unoptimized(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     return result, exported["sha256"]
 
 
+@pytest.mark.slow
 def test_no_optimize_no_benchmark_verifies_the_export_as_written(
     unoptimized: tuple[ConversionResult, str], zoo_dir: Path, tmp_path: Path
 ) -> None:
@@ -295,6 +300,7 @@ def zero_logits_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_pass_that_proves_nothing_is_recorded_inconclusive(zero_logits_dir: Path, tmp_path: Path) -> None:
     """Every variant "passed" with max abs 0 and cosine 1.0: now inconclusive, in the record and in the DB."""
     from zoo_convert.store import ResultStore

@@ -44,6 +44,10 @@ class World:
     source_dir: Path
 
 
+# every test here publishes the result of a farm run (Ray), made once by the `world` fixture
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def world(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """Local Hub holding the source checkpoint (MIT card, tag v1, then a newer main); one farm run of v1."""

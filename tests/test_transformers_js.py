@@ -22,7 +22,7 @@ import pytest
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import JS_DTYPES, JS_SUFFIXES, VARIANTS, ConversionResult, ManifestEntry, Settings
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # node + transformers.js
 
 JS_DIR = Path(__file__).parent / "js"
 TEXTS = ("the quick brown fox [MASK] over the lazy dog.", "models run in the browser.")

@@ -84,6 +84,7 @@ def test_zoo_is_small(zoo_dir: Path) -> None:
     assert sizes[biggest] < 5 * 1024**2, biggest
 
 
+@pytest.mark.slow
 def test_cli_rebuild_is_byte_identical(zoo_dir: Path, tmp_path: Path) -> None:
     """A fresh process builds the same bytes: seeds and tokenizer vocabularies do not drift."""
     script = Path(sys.executable).with_name("zoo-convert")
@@ -138,7 +139,9 @@ def test_model_folder_loads(zoo_dir: Path, name: str) -> None:
         assert (folder / "modules.json").is_file()
 
 
-@pytest.mark.parametrize("name", SMOKE_EXPORTS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in ("t5", "whisper") else n for n in SMOKE_EXPORTS]
+)
 def test_optimum_exports_and_validates(zoo_dir: Path, tmp_path: Path, name: str) -> None:
     from optimum.exporters.onnx import main_export
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from chrome import Chrome
 
 from zoo_convert.dashboard.data import MODEL_CAP
@@ -63,6 +64,7 @@ def test_the_site_works_offline_from_file_urls(browser: Chrome, site: Path) -> N
     assert browser.errors == []
 
 
+@pytest.mark.slow
 def test_embedded_data_is_bounded(site: Path) -> None:
     html = site.joinpath("index.html").read_text()
     data = json.loads(html.split('<script id="zoo-data" type="application/json">', 1)[1].split("</script>", 1)[0])
@@ -70,6 +72,7 @@ def test_embedded_data_is_bounded(site: Path) -> None:
     assert not any(k.startswith("detail_") for k in data)
 
 
+@pytest.mark.slow
 def test_a_real_pipeline_result_lands_in_every_table(results_db: Path, real_result) -> None:
     from zoo_convert.store import ResultStore
 

@@ -24,6 +24,7 @@ def _inputs(path: Path) -> set[str]:
     return {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
 
 
+@pytest.mark.slow
 def test_single_graph_layout_and_side_files(zoo_export) -> None:
     ex = zoo_export("bert")
     assert [c.name for c in ex.components] == ["model"]
@@ -43,6 +44,7 @@ def test_decoder_is_exported_with_past(zoo_export) -> None:
     )
 
 
+@pytest.mark.slow
 def test_encoder_decoder_layout_is_encoder_plus_merged_decoder(zoo_export) -> None:
     ex = zoo_export("t5")
     assert [c.name for c in ex.components] == ["encoder_model", "decoder_model_merged"]
@@ -108,6 +110,7 @@ def test_explicit_opset_and_external_data(zoo_dir: Path, tmp_path: Path, checkpo
     check(ex)  # path-based: resolves the external data
 
 
+@pytest.mark.slow
 def test_torch_dynamo_exporter_verifies(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
     ckpt = checkpoint(zoo_dir / "bert", "feature-extraction")
     ex = export(ckpt, ManifestEntry(source=str(ckpt.path), exporter="torch"), Settings(), tmp_path)

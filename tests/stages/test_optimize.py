@@ -127,6 +127,7 @@ def bert_variants(exports: dict[str, Path], tmp_path_factory: pytest.TempPathFac
     return exported, optimize(exported, VARIANTS, Settings())
 
 
+@pytest.mark.slow
 def test_bert_variants_at_transformers_js_paths(bert_variants) -> None:
     exported, artifacts = bert_variants
     assert list(artifacts) == list(VARIANTS)
@@ -292,6 +293,7 @@ def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -
     assert _census(artifacts["int8"].files["model"])["ConvInteger"] > 0
 
 
+@pytest.mark.slow
 def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) -> None:
     exported = _exported(exports["t5"], tmp_path, ("encoder_model", "decoder_model_merged"))
     plain = {c.name: exports["t5"] / "onnx" / f"{c.name}.onnx" for c in exported.components}
@@ -380,6 +382,7 @@ def _zoo_copy(exported: ExportedModel, out: Path, names: tuple[str, ...]) -> Exp
     return ExportedModel(exported.checkpoint, out, [c for c in parts if c.name in names], 18, 8, 0, {})
 
 
+@pytest.mark.slow
 def test_merged_decoder_fp16_with_shadowed_branch_outputs(zoo_export, tmp_path: Path) -> None:
     """bart's If branches name their outputs like the If's own (logits); ORT's fp16 cleanup pruned the If."""
     plain = zoo_export("bart").out_dir / "onnx" / "decoder_model_merged.onnx"
@@ -440,6 +443,7 @@ def _fp16_of(exported: ExportedModel, tmp_path: Path) -> Artifact:
     return fp16
 
 
+@pytest.mark.slow
 def test_t5_family_fp16_keeps_the_position_buckets_in_fp32(zoo_export, tmp_path: Path) -> None:
     """mt5's relative-position buckets (Log/Div/Mul/Cast on positions) moved in fp16: max abs 0.135 against 0.05."""
     exported = zoo_export("mt5")
@@ -485,6 +489,7 @@ def test_fp16_index_arithmetic_is_the_closed_chain_back_to_integers() -> None:
     assert sorted(fp16_recipe.index_arithmetic(model)) == ["bucket_cast", "c", "div", "log", "pos_cast"]
 
 
+@pytest.mark.slow
 def test_merged_decoder_branches_share_no_names_for_the_fp16_converter(zoo_export, tmp_path: Path) -> None:
     """m2m_100's no-cache branch lost its encoder mask in fp16 (cosine 0.973 from layer 1 on).
 

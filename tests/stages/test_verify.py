@@ -163,6 +163,7 @@ def test_benchmark_error_is_benchmark_error(zoo_export) -> None:
         benchmark(ex, Artifact("fp32", {}), FAST_BENCH)
 
 
+@pytest.mark.slow
 def test_real_minilm_verifies_at_fp32(minilm_dir: Path, tmp_path: Path, checkpoint) -> None:
     ckpt = checkpoint(minilm_dir, "feature-extraction")
     ex = export(ckpt, ManifestEntry(source=str(minilm_dir)), SETTINGS, tmp_path)
@@ -210,16 +211,12 @@ def test_benchmark_times_the_cache_branch_of_a_merged_decoder(zoo_export, monkey
     assert timed == [("encoder_model", Branch.WHOLE), ("decoder_model_merged", Branch.CACHE)]
 
 
-# Every encoder-decoder family of the zoo; the ones no other test exports are slow.
-_EXPORTED_ELSEWHERE = ("t5", "bart", "mt5", "m2m-100", "vision-encoder-decoder")
-ENCODER_DECODERS = [
-    pytest.param(m.name, marks=() if m.name in _EXPORTED_ELSEWHERE else pytest.mark.slow)
-    for m in zoo.ZOO
-    if m.family == "encoder-decoder"
-]
+# Every encoder-decoder family of the zoo: two to three seconds each.
+ENCODER_DECODERS = [m.name for m in zoo.ZOO if m.family == "encoder-decoder"]
 
 
 @pytest.mark.parametrize("name", ENCODER_DECODERS)
+@pytest.mark.slow
 def test_every_merged_decoder_verifies_both_branches(zoo_export, name: str) -> None:
     """vision-encoder-decoder wraps its decoder's config: verify could not feed its first step."""
     ex = zoo_export(name)
@@ -248,6 +245,7 @@ def zero_logits(tmp_path_factory: pytest.TempPathFactory, checkpoint) -> Exporte
     return export(ckpt, ManifestEntry(source=str(ckpt.path)), SETTINGS, root / "out")
 
 
+@pytest.mark.slow
 def test_a_pass_against_an_all_zero_reference_is_inconclusive(zero_logits: ExportedModel) -> None:
     checks = verify(zero_logits, fp32(zero_logits), SETTINGS)
     assert all(c.passed and c.max_abs == 0.0 for c in checks), "every check passes: that is the trap"

@@ -114,6 +114,7 @@ def _damaged(tmp_path: Path, how: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # eight CLI processes
 @pytest.mark.parametrize("how", ["truncated", "corrupt"])
 @pytest.mark.parametrize("command", [["db", "status"], ["db", "export", "OUT"], ["dashboard", "--out", "OUT"], ["run", "MANIFEST"]])
 def test_a_damaged_db_is_one_line_not_a_traceback(how: str, command: list[str], tmp_path: Path) -> None:

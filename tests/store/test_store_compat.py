@@ -50,6 +50,7 @@ def _run_with(duckdb_dir: Path, script: str) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_a_db_written_by_this_duckdb_opens_in_the_oldest_allowed(oldest_duckdb: Path, tmp_path: Path) -> None:
     path = tmp_path / "results.duckdb"
     store = fill(path)
@@ -66,6 +67,7 @@ def test_a_db_written_by_this_duckdb_opens_in_the_oldest_allowed(oldest_duckdb: 
     assert "2.13.0" in out["torch"]
 
 
+@pytest.mark.slow
 def test_the_package_runs_on_the_oldest_allowed_duckdb(oldest_duckdb: Path, tmp_path: Path) -> None:
     out = _run_with(oldest_duckdb, f"""
         import json, duckdb
