@@ -66,6 +66,7 @@ def test_convert_failure_exits_1_with_json(tmp_path: Path) -> None:
     assert record["failure_kind"] == "fetch_error" and "no config.json" in record["message"]
 
 
+@pytest.mark.slow  # one CLI process per bad usage
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([EXE, "convert", str(tmp_path), "--out", str(tmp_path), "--variants", "fp64"],
                           capture_output=True, text=True, timeout=120)

@@ -22,7 +22,7 @@ from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 from zoo_convert.runtime import SENTENCES
 from zoo_convert.sources import sentence_transformers_files
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # sentence-transformers and the real MiniLM
 
 TOKEN = "hf_sentenceTransformers0123456"
 
@@ -65,7 +65,6 @@ def with_dense(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.mark.slow
 def test_the_real_minilm_embeds_as_in_pytorch(minilm_dir: Path, tmp_path: Path) -> None:
     """all-MiniLM-L6-v2: Transformer, mean Pooling, Normalize; q4 within its tolerance on real text too."""
     settings = Settings(out_dir=str(tmp_path), benchmark=False)
@@ -119,7 +118,6 @@ def test_a_hub_checkpoint_keeps_its_modules(hub: HubServer, with_dense: Path, tm
     assert hub.requests("GET", r"/st/dense/resolve/[0-9a-f]+/2_Dense/model.safetensors")
 
 
-@pytest.mark.slow
 def test_a_published_repo_keeps_its_modules(hub: HubServer, with_dense: Path, tmp_path: Path) -> None:
     """Publish the converted folder, download the repo, and load it with the ONNX backend."""
     from huggingface_hub import snapshot_download

@@ -153,6 +153,7 @@ def bert_opt_in(exports: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     return exported, optimize(exported, ("uint8", "q4"), Settings())
 
 
+@pytest.mark.slow
 def test_q4_is_4_bit_matmulnbits_of_every_weight_matmul(bert_opt_in, exports) -> None:
     exported, artifacts = bert_opt_in
     q4 = artifacts["q4"]
