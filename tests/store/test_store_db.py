@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -180,7 +182,7 @@ def test_failure_signatures_strip_numbers_paths_hex_and_names(history: ResultSto
     ]
 
 
-def test_a_reader_waits_for_the_writer_lock(tmp_path: Path) -> None:
+def test_a_reader_waits_for_the_writer_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "r.duckdb"
     ResultStore(path)
     # holds the file until it reads a line: the lock is let go when the test says so, not after a guessed time
@@ -190,19 +192,34 @@ def test_a_reader_waits_for_the_writer_lock(tmp_path: Path) -> None:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
+        assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(StoreError, match="held by another process"):
             ResultStore(path, read_only=True, lock_timeout_s=0.2)
+        turned_away = threading.Semaphore(0)
+        real_connect = duckdb.connect
+
+        def connect(*args: Any, **kwargs: Any) -> duckdb.DuckDBPyConnection:  # the real one, counting refusals
+            try:
+                return real_connect(*args, **kwargs)
+            except duckdb.IOException:
+                turned_away.release()
+                raise
+
+        monkeypatch.setattr(duckdb, "connect", connect)
         with ThreadPoolExecutor(1) as pool:
             reader = pool.submit(ResultStore, path, read_only=True, lock_timeout_s=60)
-            assert not reader.done()  # it cannot get in while the file is held
+            reader.add_done_callback(lambda _: turned_away.release())  # a reader that gives up wakes the test at once
+            # turned away six times, its back-off (20 ms doubling) has kept it waiting over a second: it still waits
+            for _ in range(6):
+                assert turned_away.acquire(timeout=60) and not reader.done(), "the reader stopped waiting"
             holder.stdin.write("let go\n")
             holder.stdin.flush()
             assert reader.result(timeout=60).terminal_keys() == set()
     finally:
-        holder.stdin.close()
+        if holder.stdin is not None:
+            holder.stdin.close()
         holder.wait(timeout=30)
-
 
 WRITER = textwrap.dedent(
     """
