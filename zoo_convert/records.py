@@ -359,7 +359,7 @@ class ConversionResult:
         return cls.from_dict(json.loads(text))
 
 
-def _json_default(o: object) -> object:
+def _json_default(o: Any) -> Any:
     if isinstance(o, (set, frozenset, tuple)):
         return list(o)
     if hasattr(o, "item"):  # numpy scalars
