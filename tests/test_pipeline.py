@@ -55,6 +55,8 @@ def test_every_zoo_model_and_variant_ends_as_expected(zoo_results: dict[str, Con
         fp32_failed = "fp32" in ZOO_FAILURES.get(name, {})
         assert (result.status, result.failure_kind) == (("failed", "verify_numerics") if fp32_failed else ("passed", None))
         assert result.partial == (not fp32_failed and name in ZOO_FAILURES), name
+        fp32 = result.variant("fp32")
+        assert fp32 is not None and (fp32_failed or (fp32.max_abs is not None and fp32.max_abs <= 1e-4)), name
 
 
 @pytest.mark.slow
