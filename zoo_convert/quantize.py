@@ -92,27 +92,38 @@ def quantize(
     external: bool = False,
 ) -> Quantized:
     """Write the dynamically quantized graph of ``src`` to ``dst``; weights in ``<dst>_data`` when ``external``."""
-    if Path(dst).resolve() == Path(src).resolve():
+    src, dst = Path(src), Path(dst)
+    if dst.resolve() == src.resolve():
         raise QuantizeError(f"{dst}: the quantized graph cannot overwrite its source")
     model = onnx_graph.load(src)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         raise QuantizeError(f"{src.name}: opset {opset} < {MIN_OPSET}, which DynamicQuantizeLinear needs")
-    with _Source(src) as source, _Sink(dst, external) as sink:
-        rewriter = _Rewriter(model, source, sink, _QTYPE[weight_type], per_channel, exclude)
-        rewriter.rewrite(model.graph, ())
-        rewriter.drop_replaced(model.graph)
-        for sub in onnx_graph.graphs(model.graph):
-            for tensor in sub.initializer:
-                if tensor.name not in rewriter.made:
-                    sink.relocate(tensor, source)
-        for tensor in onnx_graph.tensors(model.graph):  # Constant nodes' tensors: only external ones must move
-            if _external(tensor) and tensor.name not in rewriter.made:
-                sink.relocate(tensor, source)
-    size = model.ByteSize()
-    if size >= 2**31:
-        raise QuantizeError(f"{dst.name}: {size / 1e9:.2f} GB inline is over protobuf's 2 GB limit; write it external")
-    dst.write_bytes(model.SerializeToString())
+    source = _Source(src)
+    for tensor in onnx_graph.tensors(model.graph):
+        if _external(tensor):
+            source.check(onnx.external_data_helper.ExternalDataInfo(tensor).location)
+    if onnx_graph.data_path(dst).resolve() in source.paths:
+        raise QuantizeError(f"{dst.name}: its data file {onnx_graph.data_path(dst).name} is the source's own")
+    try:
+        with source, _Sink(dst, external) as sink:
+            rewriter = _Rewriter(model, source, sink, _QTYPE[weight_type], per_channel, exclude)
+            rewriter.rewrite(model.graph, ())
+            rewriter.drop_replaced(model.graph)
+            for sub in onnx_graph.graphs(model.graph):
+                for tensor in sub.initializer:
+                    if tensor.name not in rewriter.made:
+                        sink.relocate(tensor, source)
+                for tensor in _attribute_tensors(sub):  # Constant nodes' values: only external ones must move
+                    if _external(tensor):
+                        sink.relocate(tensor, source)
+        size = model.ByteSize()
+        if size >= 2**31:
+            raise QuantizeError(f"{dst.name}: {size / 1e9:.2f} GB inline is over protobuf's 2 GB limit; write it external")
+        dst.write_bytes(model.SerializeToString())
+    except BaseException:
+        onnx_graph.delete(dst)  # no half-written graph or data file is left to be mistaken for a result
+        raise
     return Quantized(
         ops=dict(rewriter.ops),
         float_matmuls=rewriter.float_matmuls,
@@ -126,6 +137,15 @@ def _external(tensor: TensorProto) -> bool:
     return tensor.data_location == TensorProto.EXTERNAL
 
 
+def _attribute_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:
+    """The tensors held in one graph's node attributes (not its subgraphs')."""
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+
+
 # --- reading weights -------------------------------------------------------------------------------------------
 
 
@@ -133,7 +153,9 @@ class _Source:
     """Reads a graph's tensors: inline bytes, or its external data files by offset, a block of rows at a time."""
 
     def __init__(self, graph: Path) -> None:
+        self.name = graph.name
         self.folder = graph.resolve().parent
+        self.paths: set[Path] = set()
         self.files: dict[str, BinaryIO] = {}
 
     def __enter__(self) -> _Source:
@@ -143,12 +165,17 @@ class _Source:
         for f in self.files.values():
             f.close()
 
+    def check(self, location: str) -> Path:
+        """The data file a location names; it must lie inside the graph's folder (a graph could name ``/etc/shadow``)."""
+        path = (self.folder / location).resolve()
+        if os.path.isabs(location) or not path.is_relative_to(self.folder):
+            raise QuantizeError(f"{self.name}: external data {location!r} lies outside the graph's folder")
+        self.paths.add(path)
+        return path
+
     def _file(self, location: str) -> BinaryIO:
         if location not in self.files:
-            path = (self.folder / location).resolve()
-            if os.path.isabs(location) or not path.is_relative_to(self.folder):
-                raise QuantizeError(f"external data {location!r} lies outside the graph's folder")
-            self.files[location] = path.open("rb")
+            self.files[location] = self.check(location).open("rb")
         return self.files[location]
 
     def matrix(self, tensor: TensorProto) -> _Matrix:
@@ -158,29 +185,33 @@ class _Source:
         cols = int(np.prod(dims[1:], dtype=np.int64)) if len(dims) > 1 else 1
         if _external(tensor):
             info = onnx.external_data_helper.ExternalDataInfo(tensor)
-            return _Matrix(rows, cols, file=self._file(info.location), offset=int(info.offset or 0))
+            label = f"{self.name}: tensor {tensor.name!r}"
+            return _Matrix(rows, cols, file=self._file(info.location), offset=int(info.offset or 0), label=label)
         if tensor.HasField("raw_data"):
             data = np.frombuffer(tensor.raw_data, dtype="<f4")  # one copy of the bytes, kept while in use
         else:
             data = numpy_helper.to_array(tensor).astype(np.float32, copy=False).ravel()
         return _Matrix(rows, cols, array=data.reshape(rows, cols))
 
-    def chunks(self, tensor: TensorProto) -> Iterator[bytes]:
-        """A tensor's stored bytes, in blocks (external) or at once (inline)."""
-        if not _external(tensor):
-            yield tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes()
-            return
+    def chunks(self, tensor: TensorProto) -> tuple[int, Iterator[bytes]]:
+        """An external tensor's size and its stored bytes in blocks (located now: the caller may clear the tensor)."""
         info = onnx.external_data_helper.ExternalDataInfo(tensor)
         f = self._file(info.location)
         offset = int(info.offset or 0)
-        left = int(info.length) if info.length is not None else os.fstat(f.fileno()).st_size - offset
-        f.seek(offset)
-        while left > 0:
-            block = f.read(min(left, BLOCK_BYTES))
-            if not block:
-                raise QuantizeError(f"tensor {tensor.name!r}: its external data ends early")
-            left -= len(block)
-            yield block
+        size = int(info.length) if info.length is not None else os.fstat(f.fileno()).st_size - offset
+        label = f"{self.name}: tensor {tensor.name!r}"
+
+        def blocks() -> Iterator[bytes]:
+            f.seek(offset)
+            left = size
+            while left > 0:
+                block = f.read(min(left, BLOCK_BYTES))
+                if not block:
+                    raise QuantizeError(f"{label}: its external data ends early")
+                left -= len(block)
+                yield block
+
+        return size, blocks()
 
 
 @dataclass
@@ -192,6 +223,7 @@ class _Matrix:
     array: np.ndarray | None = None
     file: BinaryIO | None = None
     offset: int = 0
+    label: str = ""
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, rows) blocks of about :data:`BLOCK_BYTES`."""
@@ -206,7 +238,7 @@ class _Matrix:
             count = (stop - start) * self.cols
             block = np.fromfile(self.file, dtype="<f4", count=count)
             if block.size != count:
-                raise QuantizeError("a weight's external data ends early")
+                raise QuantizeError(f"{self.label}: its external data ends early")
             yield start, block.reshape(stop - start, self.cols)
 
 
@@ -317,12 +349,8 @@ class _Sink:
     def relocate(self, tensor: TensorProto, source: _Source) -> None:
         """Carry over an untouched tensor: external data copied block by block, large inline data externalized."""
         if _external(tensor):
-            info = onnx.external_data_helper.ExternalDataInfo(tensor)
-            if info.length is None:
-                data = b"".join(source.chunks(tensor))
-                self.put(tensor, [data], len(data))
-            else:
-                self.put(tensor, source.chunks(tensor), int(info.length))
+            size, parts = source.chunks(tensor)
+            self.put(tensor, parts, size)
         elif self.file is not None and tensor.HasField("raw_data") and tensor.ByteSize() >= onnx_graph.EXTERNAL_MIN_BYTES:
             data = tensor.raw_data
             self.put(tensor, [data], len(data))
@@ -592,3 +620,42 @@ def _uses(graph: onnx.GraphProto) -> Counter[str]:
         for node in sub.node:
             uses.update(node.input)
     return uses
+
+
+# --- which MatMuls stay float ----------------------------------------------------------------------------------
+
+# Activations whose output distribution is heavy-tailed: a long positive tail and a pile-up
+# just below zero. One dynamic scale per tensor spends the uint8 range on the tail and rounds
+# most values to a few levels, so the MatMul reading them (a transformer's FFN down-projection)
+# loses the most accuracy.
+_GELU_OPS = frozenset({"Gelu", "FastGelu", "BiasGelu", "Erf", "Tanh"})  # Erf: exact GELU, Tanh: gelu_new
+# Walked through back from a MatMul: the elementwise ops a decomposed GELU is spelled with
+# (x * 0.5 * (1 + erf(x / sqrt 2))) and a GLU's gate product; six hops reach the Erf of a
+# gated GELU (modernbert, gemma).
+_PASS_THROUGH = frozenset({"Mul", "Add", "Div", "Cast"})
+_GELU_HOPS = 6
+
+
+def default_exclude(model: onnx.ModelProto) -> frozenset[str]:
+    """The MatMuls to keep float: those reading a GELU's output, in the graph and its branches."""
+    return frozenset(_post_gelu_matmuls(model.graph, {}))
+
+
+def _post_gelu_matmuls(graph: onnx.GraphProto, outer: dict[str, onnx.NodeProto]) -> Iterator[str]:
+    producers = {**outer, **{o: node for node in graph.node for o in node.output}}
+    for node in graph.node:
+        if node.op_type == "MatMul" and _after_gelu(node.input[0], producers):
+            yield node.name
+        for _, sub in onnx_graph.subgraphs(node):
+            yield from _post_gelu_matmuls(sub, producers)
+
+
+def _after_gelu(tensor: str, producers: dict[str, onnx.NodeProto]) -> bool:
+    """Whether a GELU op is found walking back from a tensor through a few elementwise ops."""
+    frontier = [tensor]
+    for _ in range(_GELU_HOPS):
+        nodes = [producers[t] for t in frontier if t in producers]
+        if any(n.op_type in _GELU_OPS for n in nodes):
+            return True
+        frontier = [t for n in nodes if n.op_type in _PASS_THROUGH for t in n.input]
+    return False
