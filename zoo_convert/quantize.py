@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import onnx
@@ -54,8 +54,8 @@ BLOCK_BYTES = 16 * 1024**2
 # DynamicQuantizeLinear is opset 11.
 MIN_OPSET = 11
 _FLOAT = TensorProto.FLOAT
-_QTYPE = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
-_NP = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8}
+_QTYPE: dict[str, int] = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
+_NP: dict[int, np.dtype[Any]] = {TensorProto.INT8: np.dtype(np.int8), TensorProto.UINT8: np.dtype(np.uint8)}
 
 
 class QuantizeError(ValueError):
@@ -270,7 +270,8 @@ def _quantize_block(block: np.ndarray, scale: np.ndarray, zero: np.ndarray, qtyp
     np.round(q, out=q)
     q += zero.astype(np.float32)
     np.clip(q, info.min, info.max, out=q)
-    return q.astype(_NP[qtype])
+    quantized: np.ndarray = q.astype(_NP[qtype])
+    return quantized
 
 
 def _quantize_matrix(
@@ -493,7 +494,7 @@ class _Rewriter:
         return scope.quantized[name]
 
     def scaled(
-        self, op: str, stem: str, inputs: list[str], a: tuple[str, str, str], w: _QWeight, output: str, **attrs: object
+        self, op: str, stem: str, inputs: list[str], a: tuple[str, str, str], w: _QWeight, output: str, **attrs: Any
     ) -> list[onnx.NodeProto]:
         """``op`` (MatMulInteger, ConvInteger), its int32 result cast to float and scaled by both scales, into ``output``."""
         name = self.fresh(stem + "_quant")
@@ -637,8 +638,28 @@ _GELU_HOPS = 6
 
 
 def default_exclude(model: onnx.ModelProto) -> frozenset[str]:
-    """The MatMuls to keep float: those reading a GELU's output, in the graph and its branches."""
+    """The nodes the farm's int8 keeps float: the embedding lookups (see ``benchmarks/bench_quantize.py``)."""
+    return embedding_gathers(model)
+
+
+def post_gelu_matmuls(model: onnx.ModelProto) -> frozenset[str]:
+    """MatMuls reading a GELU's output (FFN down-projections), in the graph and its branches."""
     return frozenset(_post_gelu_matmuls(model.graph, {}))
+
+
+def embedding_gathers(model: onnx.ModelProto) -> frozenset[str]:
+    """Gathers from a float32 initializer table (embeddings), in the graph and its branches.
+
+    Quantized, a table is one uint8 scale for every row (as ORT does it): a lookup saves no time,
+    and the rare tokens' rows are what it rounds worst.
+    """
+    stored = {t.name for g in onnx_graph.graphs(model.graph) for t in g.initializer if t.data_type == _FLOAT}
+    return frozenset(
+        node.name
+        for g in onnx_graph.graphs(model.graph)
+        for node in g.node
+        if node.op_type == "Gather" and node.input[0] in stored
+    )
 
 
 def _post_gelu_matmuls(graph: onnx.GraphProto, outer: dict[str, onnx.NodeProto]) -> Iterator[str]:
