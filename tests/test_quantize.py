@@ -15,7 +15,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo_convert import onnx_graph, zoo
-from zoo_convert.quantize import QuantizeError, WeightType, default_exclude, quantize
+from zoo_convert.quantize import (
+    QuantizeError,
+    WeightType,
+    default_exclude,
+    embedding_gathers,
+    post_gelu_matmuls,
+    quantize,
+)
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Checkpoint
 from zoo_convert.stages.optimize import _feeds
@@ -112,19 +119,46 @@ def test_merged_decoder_quantizes_inside_both_branches(
         assert not branch.initializer or all(t.data_type != TensorProto.FLOAT or len(t.dims) < 2 for t in branch.initializer)
 
 
+def _optimized_census(path: Path, tmp_path: Path) -> dict[str, int]:
+    """Op counts of the graph ONNX Runtime runs after its CPU fusions."""
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / f"{path.stem}.ort.onnx")
+    ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return dict(onnx_graph.op_census(onnx.load(opts.optimized_model_filepath).graph))
+
+
+def test_ort_fuses_ours_as_it_fuses_quantize_dynamics(
+    exported: dict[str, tuple[list[Path], dict[str, object]]], tmp_path: Path
+) -> None:
+    """The source's shapes are kept: ORT's fusions (SkipLayerNormalization needs them) make the same graph of both."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    (src,), _ = exported["bert"]
+    quantize(src, tmp_path / "ours.onnx")
+    quantize_dynamic(src, tmp_path / "ort.onnx", per_channel=True, weight_type=QuantType.QInt8)
+    ours = _optimized_census(tmp_path / "ours.onnx", tmp_path)
+    assert ours == _optimized_census(tmp_path / "ort.onnx", tmp_path)
+    assert ours["SkipLayerNormalization"] > 0
+
+
 def test_excluded_and_external(exported: dict[str, tuple[list[Path], dict[str, object]]], tmp_path: Path) -> None:
-    """``exclude`` keeps those MatMuls float like ``nodes_to_exclude``; ``external`` writes the same graph beside a data file."""
+    """``exclude`` keeps nodes float like ``nodes_to_exclude``; ``external`` writes the same graph beside a data file."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     (src,), config = exported["bert"]
-    skip = default_exclude(onnx_graph.load(src))
-    assert skip  # the FFN down-projections of both layers
+    model = onnx_graph.load(src)
+    gelu, tables = post_gelu_matmuls(model), default_exclude(model)
+    assert len(gelu) == 2  # the FFN down-projections of both layers
+    assert tables == embedding_gathers(model) and len(tables) == 3  # word, position and token type embeddings
+    skip = gelu | tables
     done = quantize(src, tmp_path / "ours.onnx", exclude=skip, external=True)
-    assert done.float_matmuls >= len(skip)
+    assert done.float_matmuls >= len(gelu) and "DequantizeLinear" not in done.ops
     assert onnx_graph.data_path(tmp_path / "ours.onnx").stat().st_size > 0
     quantize_dynamic(src, tmp_path / "ort.onnx", per_channel=True, weight_type=QuantType.QInt8, nodes_to_exclude=sorted(skip))
-    kept = {n.name for n in onnx.load(str(tmp_path / "ours.onnx")).graph.node if n.op_type == "MatMul"}
-    assert skip <= kept
+    graph = onnx.load(str(tmp_path / "ours.onnx")).graph
+    assert gelu <= {n.name for n in graph.node if n.op_type == "MatMul"}
+    floats = {t.name for t in graph.initializer if t.data_type == TensorProto.FLOAT}
+    assert all(n.input[0] in floats for n in graph.node if n.name in tables)
     feeds = _feeds(src, config)
     for a, b in zip(_run(tmp_path / "ours.onnx", feeds), _run(tmp_path / "ort.onnx", feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -10,10 +10,11 @@ It writes the operators ``onnxruntime.quantization.quantize_dynamic`` writes
                         -> Add(., Reshape(b))
     Gather(E, i)        Gather(E_q, i) -> DequantizeLinear (embedding tables, per-tensor uint8)
 
-ONNX Runtime's CPU optimizer fuses each MatMul pattern into ``MatMulIntegerToFloat``,
-taking in the bias ``Add`` when the bias is its second input: so a MatMul whose only
-reader adds a constant bias gets that Add's inputs ordered (bias second; exporters
-write it first). An activation read by several MatMuls (Q, K and V) is quantized once.
+ONNX Runtime's CPU optimizer fuses each MatMul pattern into ``MatMulIntegerToFloat`` or
+``DynamicQuantizeMatMul`` with its bias, and a residual ``Add`` with ``LayerNormalization``
+into ``SkipLayerNormalization`` only where it knows the shapes: so the shapes inferred on
+the source graph are kept (as ``quantize_dynamic`` does). An activation read by several
+MatMuls (Q, K and V) is quantized once.
 
 Activations are uint8 (dynamic quantization has no other); weights int8, symmetric
 over [-127, 127], or uint8, asymmetric; per output channel (MatMul, Gemm) or per tensor.
@@ -99,6 +100,7 @@ def quantize(
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         raise QuantizeError(f"{src.name}: opset {opset} < {MIN_OPSET}, which DynamicQuantizeLinear needs")
+    model = _with_shapes(model)
     source = _Source(src)
     for tensor in onnx_graph.tensors(model.graph):
         if _external(tensor):
@@ -131,6 +133,25 @@ def quantize(
         weights=len(rewriter.weights),
         bytes_written=onnx_graph.disk_size(dst),
     )
+
+
+def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with the value shapes ONNX infers, inferred without the weights' bytes (only their dims count)."""
+    stash: dict[tuple[int, int], bytes] = {}
+    for g, sub in enumerate(onnx_graph.graphs(model.graph)):
+        for i, tensor in enumerate(sub.initializer):
+            if tensor.HasField("raw_data") and len(tensor.raw_data) >= onnx_graph.EXTERNAL_MIN_BYTES:
+                stash[g, i] = tensor.raw_data
+                tensor.ClearField("raw_data")  # the bytes move to the stash: held once, not copied
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        inferred = model  # as quantize_dynamic: the shapes help ORT's fusions, quantizing does not need them
+    for g, sub in enumerate(onnx_graph.graphs(inferred.graph)):
+        for i, tensor in enumerate(sub.initializer):
+            if (g, i) in stash:
+                tensor.raw_data = stash.pop((g, i))
+    return inferred
 
 
 def _external(tensor: TensorProto) -> bool:
@@ -439,7 +460,6 @@ class _Rewriter:
             if weight is None:
                 self.float_matmuls += 1
                 return [node]
-            self.bias_second(node.output[0], scopes)
             return self.matmul(node.name, node.input[0], weight, node.output[0], scopes, transposed=False)
         if node.op_type == "Gemm" and not excluded:
             return self.gemm(node, scopes)
@@ -519,16 +539,6 @@ class _Rewriter:
         w = self.quantized_weight(weight, scopes, axis=axis, qtype=self.qtype, transpose=transposed)
         out += self.scaled("MatMulInteger", name or output, [qa[0], w.values, qa[2], w.zero], qa, w, output)
         return out
-
-    def bias_second(self, product: str, scopes: Scopes) -> None:
-        """Put a MatMul's bias second in the Add that is its only reader: ORT fuses the bias into the MatMul then."""
-        readers = scopes[-1].readers.get(product, [])
-        if self.uses[product] != 1 or len(readers) != 1 or readers[0].op_type != "Add":
-            return
-        add = readers[0]
-        bias = _resolve(add.input[0], scopes)
-        if add.input[1] == product and bias is not None and bias.data_type == _FLOAT and len(bias.dims) == 1:
-            add.input[0], add.input[1] = add.input[1], add.input[0]
 
     def gemm(self, node: onnx.NodeProto, scopes: Scopes) -> list[onnx.NodeProto]:
         """Without scaling or a transposed A, Gemm is MatMul then Add of C (ORT's ``replace_gemm_with_matmul``)."""
