@@ -96,11 +96,11 @@ def quantize(
     src, dst = Path(src), Path(dst)
     if dst.resolve() == src.resolve():
         raise QuantizeError(f"{dst}: the quantized graph cannot overwrite its source")
-    model = onnx_graph.load(src)
+    model = load_lazily(src)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         raise QuantizeError(f"{src.name}: opset {opset} < {MIN_OPSET}, which DynamicQuantizeLinear needs")
-    model = _with_shapes(model)
+    _add_shapes(model)
     source = _Source(src)
     for tensor in onnx_graph.tensors(model.graph):
         if _external(tensor):
@@ -135,23 +135,135 @@ def quantize(
     )
 
 
-def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with the value shapes ONNX infers, inferred without the weights' bytes (only their dims count)."""
-    stash: dict[tuple[int, int], bytes] = {}
-    for g, sub in enumerate(onnx_graph.graphs(model.graph)):
-        for i, tensor in enumerate(sub.initializer):
-            if tensor.HasField("raw_data") and len(tensor.raw_data) >= onnx_graph.EXTERNAL_MIN_BYTES:
-                stash[g, i] = tensor.raw_data
-                tensor.ClearField("raw_data")  # the bytes move to the stash: held once, not copied
+# --- reading a graph without its inline weights (protobuf wire format) ---------------------------------------
+
+_GRAPH_FIELD = 7  # ModelProto.graph
+_INITIALIZER_FIELD = 5  # GraphProto.initializer
+_RAW_DATA_FIELD = 9  # TensorProto.raw_data
+# Initializers at least this large are left in the file and read by offset when needed.
+LAZY_BYTES = 64 * 1024
+
+
+def load_lazily(path: Path) -> onnx.ModelProto:
+    """A graph file's model whose large inline weights stay in the file: external data pointing into the graph itself.
+
+    ``onnx.load`` holds the file's bytes and the parsed model at once, twice the weights;
+    this reads the outer graph field by field and, for each large initializer, only its
+    name, type and dims, noting where its ``raw_data`` lies. Graphs whose weights are
+    already external load as with ``onnx.load(load_external_data=False)``.
+    """
+    model = onnx.ModelProto()
+    with path.open("rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        for field, wire, key, value, stop in _fields(f, 0, end, path):
+            if field == _GRAPH_FIELD and wire == 2:
+                graph = onnx.GraphProto()
+                for gfield, gwire, gkey, gvalue, gstop in _fields(f, value, stop, path):
+                    if gfield == _INITIALIZER_FIELD and gwire == 2 and gstop - gvalue >= LAZY_BYTES:
+                        graph.initializer.append(_lazy_tensor(f, gvalue, gstop, path))
+                    else:
+                        graph.MergeFromString(_read(f, gkey, gstop))
+                model.graph.MergeFrom(graph)
+            else:
+                model.MergeFromString(_read(f, key, stop))
+    return model
+
+
+def _lazy_tensor(f: BinaryIO, start: int, end: int, path: Path) -> TensorProto:
+    """A TensorProto record read without its raw_data, which becomes a reference to where it lies in ``path``."""
+    tensor = TensorProto()
+    raw: tuple[int, int] | None = None
+    for field, wire, key, value, stop in _fields(f, start, end, path):
+        if field == _RAW_DATA_FIELD and wire == 2:
+            raw = (value, stop - value)
+        else:
+            tensor.MergeFromString(_read(f, key, stop))
+    if raw is None or _external(tensor):  # typed fields (float_data): read as it is
+        tensor.Clear()
+        tensor.ParseFromString(_read(f, start, end))
+        return tensor
+    tensor.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", path.name), ("offset", str(raw[0])), ("length", str(raw[1]))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = k, v
+    return tensor
+
+
+def _fields(f: BinaryIO, start: int, end: int, path: Path) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, record start, value start, record end) of each field of a message in ``f[start:end]``."""
+    pos = start
+    while pos < end:
+        key, after = _varint(f, pos, path)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, (_, stop) = after, _varint(f, after, path)
+        elif wire == 1:
+            value, stop = after, after + 8
+        elif wire == 5:
+            value, stop = after, after + 4
+        elif wire == 2:
+            length, value = _varint(f, after, path)
+            stop = value + length
+        else:
+            raise QuantizeError(f"{path.name}: not an ONNX model (protobuf wire type {wire} at byte {pos})")
+        if stop > end:
+            raise QuantizeError(f"{path.name}: truncated (a field at byte {pos} runs past byte {end})")
+        yield field, wire, pos, value, stop
+        pos = stop
+
+
+def _varint(f: BinaryIO, pos: int, path: Path) -> tuple[int, int]:
+    f.seek(pos)
+    result = shift = 0
+    for _ in range(10):
+        byte = f.read(1)
+        if not byte:
+            raise QuantizeError(f"{path.name}: truncated at byte {pos}")
+        result |= (byte[0] & 0x7F) << shift
+        pos += 1
+        if not byte[0] & 0x80:
+            return result, pos
+        shift += 7
+    raise QuantizeError(f"{path.name}: not an ONNX model (bad varint at byte {pos})")
+
+
+def _read(f: BinaryIO, start: int, stop: int) -> bytes:
+    f.seek(start)
+    return f.read(stop - start)
+
+
+def _add_shapes(model: onnx.ModelProto) -> None:
+    """Add the value shapes ONNX infers to every graph, inferred on a copy without the weights' bytes.
+
+    Clearing the bytes in place would not do: protobuf frees a parsed message's memory only
+    with the whole message, so the weights would be held twice.
+    """
+    skeleton = onnx.ModelProto(ir_version=model.ir_version)
+    skeleton.opset_import.extend(model.opset_import)
+    skeleton.functions.extend(model.functions)
+    skeleton.graph.CopyFrom(_skeleton(model.graph))
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(skeleton)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        inferred = model  # as quantize_dynamic: the shapes help ORT's fusions, quantizing does not need them
-    for g, sub in enumerate(onnx_graph.graphs(inferred.graph)):
-        for i, tensor in enumerate(sub.initializer):
-            if (g, i) in stash:
-                tensor.raw_data = stash.pop((g, i))
-    return inferred
+        return  # as quantize_dynamic: the shapes help ORT's fusions, quantizing does not need them
+    for graph, shaped in zip(onnx_graph.graphs(model.graph), onnx_graph.graphs(inferred.graph), strict=True):
+        known = {v.name for v in graph.value_info}
+        graph.value_info.extend(v for v in shaped.value_info if v.name not in known)
+
+
+def _skeleton(graph: onnx.GraphProto) -> onnx.GraphProto:
+    """A graph's copy whose large initializers have their type and dims only (small ones, shapes among them, whole)."""
+    out = onnx.GraphProto(name=graph.name)
+    out.input.extend(graph.input)
+    out.output.extend(graph.output)
+    out.value_info.extend(graph.value_info)
+    out.node.extend(graph.node)  # subgraphs hold no large weights in exported models: the outer graph does
+    for tensor in graph.initializer:
+        if _external(tensor) or tensor.ByteSize() >= onnx_graph.EXTERNAL_MIN_BYTES:
+            out.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        else:
+            out.initializer.append(tensor)
+    return out
 
 
 def _external(tensor: TensorProto) -> bool:
