@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from _common import BIN, Measured, cpu_model, machine, measure, verdict
-from _realsize import MODELS, RealModel, is_built, minilm_dir
+from _realsize import MODELS, RealModel
+from bench_realsize import checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
-CKPT_DIR = ROOT / "build" / "realsize" / "ckpt"
 WORK = ROOT / "build" / "quantize"
 GB = 1e9
 CHOSEN = "chosen"
@@ -53,9 +53,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 def exclusions(graph: Path, groups: list[str]) -> list[str]:
     """The node names of the named groups: ``default`` (default_exclude), ``gelu`` (post-GELU MatMuls), ``embeddings``."""
-    from zoo_convert import onnx_graph, quantize
+    from zoo_convert import quantize
 
-    model = onnx_graph.load(graph)
+    model = quantize.load_lazily(graph)
     found = {
         "default": quantize.default_exclude(model),
         "gelu": quantize.post_gelu_matmuls(model),
@@ -83,19 +83,6 @@ def child(argv: list[str]) -> int:
     return 0
 
 
-def checkpoint(model: RealModel) -> Path:
-    if model.prebuilt:
-        return minilm_dir()
-    folder = CKPT_DIR / model.name
-    if not is_built(model.name, folder):
-        print(f"building {model.name} into {folder} ...", flush=True)
-        built = measure([sys.executable, str(Path(__file__).with_name("_realsize.py")), "build", model.name, str(folder)],
-                        CKPT_DIR / f"{model.name}.build.log")  # fmt: skip
-        if built.rc != 0:
-            raise SystemExit(f"building {model.name} failed")
-    return folder
-
-
 def plain_export(model: RealModel, ckpt: Path, work: Path) -> Path:
     """The unoptimized optimum export every side quantizes (kept between runs)."""
     out = work / "plain"
@@ -109,6 +96,10 @@ def plain_export(model: RealModel, ckpt: Path, work: Path) -> Path:
 
 
 def run(label: str, cmd: list[str], out: Path, log: Path) -> Measured:
+    """One measured quantization into a clean ``out`` (onnx appends to a data file left by an earlier run)."""
+    shutil.rmtree(out, ignore_errors=True)
+    for old in out.parent.glob(out.name + "*"):
+        old.unlink()
     m = measure(cmd, log)
     files = out.glob("*.onnx*") if out.is_dir() else out.parent.glob(out.name + "*")
     size = sum(p.stat().st_size for p in files)
@@ -138,7 +129,6 @@ def bench(model: RealModel, recipes: list[str], threads: int, rounds: int) -> di
                       out, work / "ort.log")  # fmt: skip
     artifacts["ort"] = out
     vnni = work / "vnni"
-    shutil.rmtree(vnni, ignore_errors=True)
     cmd = [str(BIN / "optimum-cli"), "onnxruntime", "quantize", "--onnx_model", str(plain), "--avx512_vnni", "-o", str(vnni)]
     cost["optimum vnni"] = run("optimum vnni", cmd, vnni, work / "vnni.log")
     artifacts["optimum vnni"] = next(vnni.glob("*quantized*.onnx"))
