@@ -291,6 +291,16 @@ def test_refuses_to_overwrite_its_source(tmp_path: Path) -> None:
     assert src.read_bytes() == before
 
 
+@pytest.mark.parametrize("dst", ["w.onnx", "w.onnx_data"])
+def test_refuses_to_overwrite_its_source_data(tmp_path: Path, dst: str) -> None:
+    """An output whose graph or data file is the source's data file (``w.onnx`` writes ``w.onnx_data``)."""
+    (tmp_path / "w.onnx_data").write_bytes(np.ones(64 * 64, np.float32).tobytes())
+    src = _tiny(tmp_path, location="w.onnx_data")
+    with pytest.raises(QuantizeError, match=r"holds the source's weights"):
+        quantize(src, tmp_path / dst, external=True)
+    assert (tmp_path / "w.onnx_data").stat().st_size == 64 * 64 * 4
+
+
 @pytest.mark.parametrize("location", ["../secret.bin", "/etc/passwd", "sub/../../secret.bin"])
 def test_refuses_external_data_outside_the_graph_folder(tmp_path: Path, location: str) -> None:
     (tmp_path / "secret.bin").write_bytes(np.ones(64 * 64, np.float32).tobytes())

@@ -27,11 +27,13 @@ in ``exclude`` stays float. Subgraphs (``If`` branches of merged decoders, ``Loo
 are rewritten too; a weight they read from an outer graph is quantized once, in the graph
 that holds it, whichever branches read it.
 
-Memory: the graph is loaded without its external data; each weight is read from the
-data file by offset in blocks of rows (or from the graph's own bytes when stored
-inline), its scales computed in a first pass and its quantized values in a second, and
-written out before the next weight is read. The peak is the graph plus one weight's
-8-bit values plus a block, never the model twice (``tests/test_quantize.py`` tracks it).
+Memory: the graph is loaded without its weights (:func:`load_lazily`: external data stays
+in its file, large inline weights are located in the graph file and left there); each
+weight is read by offset in blocks of rows, its scales computed in a first pass and its
+quantized values in a second, and written out before the next weight is read. The peak
+is the weightless graph plus one weight's 8-bit values plus a block, never the model
+(``tests/test_quantize.py`` tracks it): with ``external`` the output's weights go to disk
+as they are made; without, the output graph is held and serialized whole.
 """
 
 from __future__ import annotations
@@ -105,8 +107,8 @@ def quantize(
     for tensor in onnx_graph.tensors(model.graph):
         if _external(tensor):
             source.check(onnx.external_data_helper.ExternalDataInfo(tensor).location)
-    if onnx_graph.data_path(dst).resolve() in source.paths:
-        raise QuantizeError(f"{dst.name}: its data file {onnx_graph.data_path(dst).name} is the source's own")
+    if {dst.resolve(), onnx_graph.data_path(dst).resolve()} & source.paths:
+        raise QuantizeError(f"{dst.name}: it or its data file {onnx_graph.data_path(dst).name} holds the source's weights")
     try:
         with source, _Sink(dst, external) as sink:
             rewriter = _Rewriter(model, source, sink, _QTYPE[weight_type], per_channel, exclude)
