@@ -50,6 +50,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from . import onnx_graph
+from .errors import QuantizeError
 
 WeightType = Literal["int8", "uint8"]
 # Rows of a weight read at once: about this many bytes of float32.
@@ -59,10 +60,6 @@ MIN_OPSET = 11
 _FLOAT = TensorProto.FLOAT
 _QTYPE: dict[str, int] = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
 _NP: dict[int, np.dtype[Any]] = {TensorProto.INT8: np.dtype(np.int8), TensorProto.UINT8: np.dtype(np.uint8)}
-
-
-class QuantizeError(ValueError):
-    """A graph this quantizer cannot write (opset too old, output over the protobuf limit, unsafe data path)."""
 
 
 @dataclass(frozen=True)
