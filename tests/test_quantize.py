@@ -317,3 +317,11 @@ def test_external_data_that_ends_early_is_an_error(tmp_path: Path) -> None:
     src = _tiny(tmp_path / "model", location="w.bin")
     with pytest.raises(QuantizeError, match=r"tiny\.onnx: tensor 'w': its external data ends early"):
         quantize(src, tmp_path / "model" / "q.onnx")
+
+
+def test_a_file_that_is_not_a_whole_model_is_an_error(tmp_path: Path) -> None:
+    src = _tiny(tmp_path)
+    whole = src.read_bytes()
+    src.write_bytes(whole[: len(whole) - 100])
+    with pytest.raises(QuantizeError, match=r"tiny\.onnx: truncated"):
+        quantize(src, tmp_path / "q.onnx")

@@ -154,8 +154,8 @@ def load_lazily(path: Path) -> onnx.ModelProto:
     model = onnx.ModelProto()
     with path.open("rb") as f:
         end = os.fstat(f.fileno()).st_size
-        for field, wire, key, value, stop in _fields(f, 0, end, path):
-            if field == _GRAPH_FIELD and wire == 2:
+        for number, wire, key, value, stop in _fields(f, 0, end, path):
+            if number == _GRAPH_FIELD and wire == 2:
                 graph = onnx.GraphProto()
                 for gfield, gwire, gkey, gvalue, gstop in _fields(f, value, stop, path):
                     if gfield == _INITIALIZER_FIELD and gwire == 2 and gstop - gvalue >= LAZY_BYTES:
@@ -172,8 +172,8 @@ def _lazy_tensor(f: BinaryIO, start: int, end: int, path: Path) -> TensorProto:
     """A TensorProto record read without its raw_data, which becomes a reference to where it lies in ``path``."""
     tensor = TensorProto()
     raw: tuple[int, int] | None = None
-    for field, wire, key, value, stop in _fields(f, start, end, path):
-        if field == _RAW_DATA_FIELD and wire == 2:
+    for number, wire, key, value, stop in _fields(f, start, end, path):
+        if number == _RAW_DATA_FIELD and wire == 2:
             raw = (value, stop - value)
         else:
             tensor.MergeFromString(_read(f, key, stop))
@@ -193,7 +193,7 @@ def _fields(f: BinaryIO, start: int, end: int, path: Path) -> Iterator[tuple[int
     pos = start
     while pos < end:
         key, after = _varint(f, pos, path)
-        field, wire = key >> 3, key & 7
+        number, wire = key >> 3, key & 7
         if wire == 0:
             value, (_, stop) = after, _varint(f, after, path)
         elif wire == 1:
@@ -207,7 +207,7 @@ def _fields(f: BinaryIO, start: int, end: int, path: Path) -> Iterator[tuple[int
             raise QuantizeError(f"{path.name}: not an ONNX model (protobuf wire type {wire} at byte {pos})")
         if stop > end:
             raise QuantizeError(f"{path.name}: truncated (a field at byte {pos} runs past byte {end})")
-        yield field, wire, pos, value, stop
+        yield number, wire, pos, value, stop
         pos = stop
 
 
