@@ -43,15 +43,13 @@ CHOSEN = "chosen"
 # name -> quantize() settings; ``exclude`` names the node groups kept float (see ``exclusions``).
 # chosen: what default_exclude gives (every MatMul int8, embedding lookups float); all: ORT's
 # defaults (embeddings uint8 too: a smaller file); gelu-float: the farm's recipe before (FFN
-# down-projections float); fused: chosen, on the plain export fused by ORT's transformers
-# optimizer without attention fusion (SkipLayerNormalization, BiasGelu; Attention would keep
-# its weights float: the quantizer rewrites MatMul, Gemm, Conv and Gather only), the fusion
-# counted in its time and memory.
+# down-projections float); attention: chosen plus the attention MatMuls of two activations
+# (as optimum's avx512_vnni, which quantizes them too).
 RECIPES: dict[str, dict[str, Any]] = {
     CHOSEN: {"weight_type": "int8", "per_channel": True, "exclude": ["default"]},
     "all": {"weight_type": "int8", "per_channel": True, "exclude": []},
     "gelu-float": {"weight_type": "int8", "per_channel": True, "exclude": ["gelu"]},
-    "fused": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "fused": True},
+    "attention": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": True},
     "per-tensor": {"weight_type": "int8", "per_channel": False, "exclude": ["embeddings"]},
     "uint8": {"weight_type": "uint8", "per_channel": True, "exclude": ["embeddings"]},
 }
@@ -70,36 +68,23 @@ def exclusions(graph: Path, groups: list[str]) -> list[str]:
     return sorted(set().union(*(found[g] for g in groups)))
 
 
-def fuse(src: Path, dst: Path) -> Path:
-    """ORT's bert fusions of ``src`` but attention (its config's heads and width detected from the graph)."""
-    from onnxruntime.transformers.fusion_options import FusionOptions
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    options = FusionOptions("bert")
-    options.enable_attention = False
-    options.enable_shape_inference = False  # symbolic shape inference: 20 s and 4.8 GB on bert-base
-    optimize_model(str(src), model_type="bert", opt_level=0, optimization_options=options).save_model_to_file(str(dst))
-    return dst
-
-
 def child(argv: list[str]) -> int:
     """``quantize HOW SRC DST RECIPE``: one quantization, run alone so its process's memory is its own."""
     how, src, dst, recipe = argv[0], Path(argv[1]), Path(argv[2]), RECIPES[argv[3]]
-    if recipe.get("fused"):
-        src = fuse(src, dst.with_name(dst.stem + "-fused-source.onnx"))
     exclude = exclusions(src, recipe["exclude"])
     external = True  # as the farm writes bert-size graphs: ORT reads the weights from a data file either way
     if how == "ours":
         from zoo_convert.quantize import quantize
 
         quantize(src, dst, weight_type=recipe["weight_type"], per_channel=recipe["per_channel"],
-                 exclude=frozenset(exclude), external=external)  # fmt: skip
+                 exclude=frozenset(exclude), external=external, activations=recipe.get("activations", False))  # fmt: skip
     else:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantize_dynamic(src, dst, per_channel=recipe["per_channel"], nodes_to_exclude=exclude,
                          weight_type={"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[recipe["weight_type"]],
-                         use_external_data_format=external)  # fmt: skip
+                         use_external_data_format=external,
+                         extra_options={"MatMulConstBOnly": not recipe.get("activations", False)})  # fmt: skip
     return 0
 
 

@@ -109,6 +109,28 @@ def test_same_graph_and_weights_as_quantize_dynamic(
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["bert", "t5"])
+def test_activation_matmuls_as_quantize_dynamic_without_const_b_only(
+    exported: dict[str, tuple[list[Path], dict[str, object]]], name: str, tmp_path: Path
+) -> None:
+    """``activations``: attention's MatMuls of two activations quantized too, as ORT does with MatMulConstBOnly off."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graphs, config = exported[name]
+    for src in graphs:
+        ours, theirs = tmp_path / f"ours_{src.name}", tmp_path / f"ort_{src.name}"
+        plain = quantize(src, tmp_path / f"plain_{src.name}")
+        done = quantize(src, ours, activations=True)
+        quantize_dynamic(src, theirs, per_channel=True, weight_type=QuantType.QInt8,
+                         extra_options={"EnableSubgraph": True, "MatMulConstBOnly": False})  # fmt: skip
+        census = onnx_graph.op_census(onnx.load(str(ours)).graph)
+        assert census == onnx_graph.op_census(onnx.load(str(theirs)).graph), src.name
+        assert done.ops["MatMulInteger"] > plain.ops["MatMulInteger"] and census["MatMul"] == 0, src.name
+        feeds = _feeds(src, config)
+        for a, b in zip(_run(ours, feeds), _run(theirs, feeds), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_merged_decoder_quantizes_inside_both_branches(
     exported: dict[str, tuple[list[Path], dict[str, object]]], tmp_path: Path
 ) -> None:

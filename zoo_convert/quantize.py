@@ -90,8 +90,14 @@ def quantize(
     per_channel: bool = True,
     exclude: frozenset[str] = frozenset(),
     external: bool = False,
+    activations: bool = False,
 ) -> Quantized:
-    """Write the dynamically quantized graph of ``src`` to ``dst``; weights in ``<dst>_data`` when ``external``."""
+    """Write the dynamically quantized graph of ``src`` to ``dst``; weights in ``<dst>_data`` when ``external``.
+
+    ``activations``: quantize the MatMuls of two float activations too (attention scores and
+    their product with the values), both sides with ``DynamicQuantizeLinear``, as
+    ``quantize_dynamic`` does with ``MatMulConstBOnly`` off (optimum's ``--avx512_vnni``).
+    """
     src, dst = Path(src), Path(dst)
     if dst.resolve() == src.resolve():
         raise QuantizeError(f"{dst}: the quantized graph cannot overwrite its source")
@@ -108,7 +114,7 @@ def quantize(
         raise QuantizeError(f"{dst.name}: it or its data file {onnx_graph.data_path(dst).name} holds the source's weights")
     try:
         with source, _Sink(dst, external) as sink:
-            rewriter = _Rewriter(model, source, sink, _QTYPE[weight_type], per_channel, exclude)
+            rewriter = _Rewriter(model, source, sink, _QTYPE[weight_type], per_channel, exclude, activations)
             rewriter.rewrite(model.graph, ())
             rewriter.drop_replaced(model.graph)
             for sub in onnx_graph.graphs(model.graph):
@@ -528,11 +534,13 @@ class _Rewriter:
         qtype: int,
         per_channel: bool,
         exclude: frozenset[str],
+        activations: bool,
     ) -> None:
         self.source, self.sink = source, sink
         self.qtype, self.per_channel, self.exclude = qtype, per_channel, exclude
         self.names = _all_names(model.graph)
-        self.uses = _uses(model.graph)
+        # Values known to be float32 (shape inference's types): the only activations quantized.
+        self.floats = _float_values(model.graph) if activations else set()
         self.weights: dict[tuple[str, int | None, int, bool], _QWeight] = {}
         self.made: set[str] = set()
         self.replaced: set[str] = set()
@@ -568,6 +576,8 @@ class _Rewriter:
         excluded = node.name in self.exclude
         if node.op_type == "MatMul":
             weight = None if excluded else self.weight(node.input[1], scopes, rank=2)
+            if weight is None and not excluded and self.two_activations(node, scopes):
+                return self.matmul_activations(node, scopes)
             if weight is None:
                 self.float_matmuls += 1
                 return [node]
@@ -651,6 +661,18 @@ class _Rewriter:
         out += self.scaled("MatMulInteger", name or output, [qa[0], w.values, qa[2], w.zero], qa, w, output)
         return out
 
+    def two_activations(self, node: onnx.NodeProto, scopes: Scopes) -> bool:
+        """Whether a MatMul multiplies two float32 values computed in the graph (no initializer)."""
+        return all(name in self.floats and _resolve(name, scopes) is None for name in node.input[:2])
+
+    def matmul_activations(self, node: onnx.NodeProto, scopes: Scopes) -> list[onnx.NodeProto]:
+        out: list[onnx.NodeProto] = []
+        qa = self.quantized_input(node.input[0], scopes, out)
+        qb = self.quantized_input(node.input[1], scopes, out)
+        b = _QWeight(*qb)
+        out += self.scaled("MatMulInteger", node.name or node.output[0], [qa[0], qb[0], qa[2], qb[2]], qa, b, node.output[0])
+        return out
+
     def gemm(self, node: onnx.NodeProto, scopes: Scopes) -> list[onnx.NodeProto]:
         """Without scaling or a transposed A, Gemm is MatMul then Add of C (ORT's ``replace_gemm_with_matmul``)."""
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -732,6 +754,16 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
             names.update(node.output)
             names.add(node.name)
     return names
+
+
+def _float_values(graph: onnx.GraphProto) -> set[str]:
+    """The values typed float32 in a graph and its subgraphs (inputs, outputs, inferred value_info)."""
+    return {
+        v.name
+        for sub in onnx_graph.graphs(graph)
+        for v in (*sub.input, *sub.output, *sub.value_info)
+        if v.type.tensor_type.elem_type == _FLOAT
+    }
 
 
 def _uses(graph: onnx.GraphProto) -> Counter[str]:
