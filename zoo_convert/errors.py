@@ -177,6 +177,10 @@ class OptimizeError(ZooConvertError):
     kind = FailureKind.OPTIMIZE_ERROR
 
 
+class QuantizeError(OptimizeError):
+    """A graph ``zoo_convert.quantize`` cannot write: opset too old, output over the protobuf limit, unsafe data path."""
+
+
 class VerifyError(ZooConvertError):
     kind = FailureKind.VERIFY_ERROR
 
