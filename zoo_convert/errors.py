@@ -12,6 +12,7 @@ same words::
      ├── ExportError                export_error, export_unsupported
      ├── CheckError                 check_error
      ├── OptimizeError              optimize_error
+     │    └── ForkedError           what a forked child raised (forked.py), with its kind and traceback
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
      ├── PublishError               publish_error
@@ -175,6 +176,18 @@ class CheckError(ZooConvertError):
 
 class OptimizeError(ZooConvertError):
     kind = FailureKind.OPTIMIZE_ERROR
+
+
+class ForkedError(OptimizeError):
+    """An exception raised in a forked child (:mod:`zoo_convert.forked`), raised again in the job's process.
+
+    Attributes:
+        traceback_text: the child's traceback, where the failure happened (the record keeps it).
+    """
+
+    def __init__(self, message: str, *, kind: FailureKind | None = None, traceback_text: str = "") -> None:
+        super().__init__(message, kind=kind)
+        self.traceback_text = traceback_text
 
 
 class VerifyError(ZooConvertError):
