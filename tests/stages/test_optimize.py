@@ -602,3 +602,35 @@ def test_merged_decoder_branches_share_no_names_for_the_fp16_converter(zoo_expor
     assert _cosine(got.run(["logits"], feeds)[0], want) > 0.999
     checks = verify(exported, fp16, Settings())
     assert all(c.passed and c.cosine > 0.99999 for c in checks if c.shape.endswith("/no-cache"))
+
+
+def test_fusion_and_fp16_run_no_shape_inference_over_the_weights(
+    exports, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ORT's symbolic shape inference copies the whole model per fusion (5 times for bert): fused without it, like O2."""
+    import onnxruntime.transformers.float16 as ort_float16
+    import onnxruntime.transformers.optimizer  # noqa: F401 - puts ORT's transformers folder on sys.path
+    import shape_infer_helper
+
+    from zoo_convert.stages.optimize import FUSION_OPT_LEVEL, _fuse, _to_fp16
+
+    inferred: list[str] = []
+    real_helper = shape_infer_helper.SymbolicShapeInferenceHelper.__init__
+
+    def helper(self, *args, **kwargs):
+        inferred.append("symbolic")
+        real_helper(self, *args, **kwargs)
+
+    monkeypatch.setattr(shape_infer_helper.SymbolicShapeInferenceHelper, "__init__", helper)
+    for name in ("infer_shapes", "infer_shapes_path"):
+        real = getattr(ort_float16, name)
+        monkeypatch.setattr(ort_float16, name, lambda *a, real=real, name=name, **k: (inferred.append(name), real(*a, **k))[1])
+    config = json.loads((exports["bert"] / "checkpoint" / "config.json").read_text())
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    out, stats, census = _fuse(plain, tmp_path / "model.onnx", "bert", config, False, FUSION_OPT_LEVEL["bert"])
+    assert census["Attention"] == 2 and census["SkipLayerNormalization"] > 0 and stats["Attention"] == 2
+    fp16_model, _ = _to_fp16(out)
+    assert inferred == []
+    fed = _feeds(plain, config)
+    got = ort.InferenceSession(fp16_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, fed)[0]
+    assert _cosine(got, _outputs(plain, fed)) > 0.999

@@ -97,7 +97,7 @@ FUSION_TYPES = {
 }
 # The ORT optimization level each fuser runs after: the lowest at which its fusions, without
 # symbolic shape inference, match what level 0 with it fused (fused op counts over the zoo,
-# bert-base and gpt2: benchmarks/_fusion_levels.py). The bert fuser needs ORT's basic
+# bert-base and gpt2: benchmarks/REALSIZE_NOTES.md, proposal 2). The bert fuser needs ORT's basic
 # constant folding to see Attention and EmbedLayerNormalization's shapes; the others fuse as
 # much at level 0 (bart's one more SkipLayerNormalization). Without shape inference the t5
 # encoder loses SkipSimplifiedLayerNormalization (3 in the zoo's) and gpt-neox RotaryEmbedding:
@@ -647,7 +647,9 @@ def _to_fp16(source: Path) -> tuple[onnx.ModelProto, int]:
     converted = OnnxModel(
         convert_float_to_float16(proto, keep_io_types=True, node_block_list=keep, disable_shape_infer=True)
     )
-    # What ORT's OnnxModel.convert_float_to_float16 does after converting.
+    # What ORT's OnnxModel.convert_float_to_float16 does after converting, on the types the
+    # graph declares: its symbolic shape inference would copy the whole model again.
+    converted.disable_shape_inference()
     converted.remove_cascaded_cast_nodes()
     converted.remove_useless_cast_nodes()
     return converted.model, len(keep)
