@@ -10,7 +10,10 @@ Forking a process that has run torch is safe only while the child touches neithe
 torch nor its OpenMP pool (a fork inherits the pool's locks, not its threads). The
 children here run onnx, onnxruntime (its own thread pools, created in the child)
 and numpy on memoized inputs; ``runtime.cases`` refuses to run a PyTorch forward
-once the job's references are computed. tests/stages/test_optimize.py forks such a
+once the job's references are computed. Nor may a child destroy what it inherited
+with threads behind it (an ONNX Runtime session of the parent): it freezes the
+garbage collector's view of the parent's objects first, and closes only the
+sessions it opened. tests/stages/test_optimize.py forks such a
 child after torch has run a multi-threaded op and checks it finishes.
 
 The child reports what it is doing (:func:`step`), so a crash says where it died;
@@ -21,6 +24,7 @@ an exception it raises comes back with its kind, first line and traceback
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import pickle
 import select
@@ -49,7 +53,7 @@ def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:
     A child killed by a signal or past ``timeout_s`` raises OptimizeError naming the
     last :func:`step` it reported ("ONNX Runtime crashed (signal 11) loading model_fp16.onnx").
     """
-    import onnxruntime  # noqa: F401 - imported before the fork, so no child pays for it
+    import onnxruntime  # noqa: F401 - imported before the fork, so no child pays for it (nor imports under a fork)
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -92,6 +96,10 @@ def die_with_parent() -> None:
 
 def _child(fn: Callable[[], T], write: int) -> None:
     global _report_fd
+    # Never collect what the parent left: an inherited ONNX Runtime session (or a torch object)
+    # in a garbage cycle would be destroyed here, waiting forever on thread-pool condition
+    # variables whose threads did not cross the fork (seen: a session collected mid-import).
+    gc.freeze()
     _report_fd = write
     die_with_parent()
     try:

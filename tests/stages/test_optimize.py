@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -634,3 +635,31 @@ def test_fusion_and_fp16_run_no_shape_inference_over_the_weights(
     fed = _feeds(plain, config)
     got = ort.InferenceSession(fp16_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, fed)[0]
     assert _cosine(got, _outputs(plain, fed)) > 0.999
+
+
+def test_a_child_never_destroys_an_onnx_runtime_session_it_inherited() -> None:
+    """A parent's session left in a garbage cycle, collected in a child, waited forever on its thread pool."""
+    import gc
+
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("MatMul", ["x", "x"], ["y"])],
+            "g",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [256, 256])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [256, 256])],
+        )
+    )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    gc.disable()  # the cycle must still be garbage when the child starts
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.ones((256, 256), np.float32)})  # its pool's threads are running
+        time.sleep(1.0)  # and then asleep on the pool's condition variables
+        cycle: list[object] = [session]
+        cycle.append(cycle)
+        del session, cycle
+        assert run_forked(lambda: gc.collect() >= 0, timeout_s=30) is True
+    finally:
+        gc.enable()
+        gc.collect()

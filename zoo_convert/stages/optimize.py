@@ -287,6 +287,7 @@ def _verified(exported: ExportedModel, component: Component, variant: str, path:
             raise OptimizeError(f"{ORT} cannot load {path.name}: {_last_line(exc)}") from exc
         return None
     artifact = Artifact(variant=variant, files={component.name: path})
+    inherited = set(exported.cache.sessions)  # the parent's: never destroyed in a child (forked.py)
     try:
         session_for(exported, artifact, component, settings)
     except VerifyError as exc:
@@ -302,7 +303,8 @@ def _verified(exported: ExportedModel, component: Component, variant: str, path:
         tb = "".join(traceback.format_exception(exc)) if kind is FailureKind.INTERNAL else None
         return Verified((), round(time.perf_counter() - t0, 4), first_line(exc), kind.value, tb)
     finally:
-        exported.cache.sessions.clear()  # the one session of this graph: closed as soon as it is checked
+        for key in set(exported.cache.sessions) - inherited:  # the one session of this graph, closed once checked
+            del exported.cache.sessions[key]
 
 
 def _last_line(exc: BaseException) -> str:
