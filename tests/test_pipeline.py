@@ -430,11 +430,11 @@ def test_the_torch_model_is_released_once_its_references_are_computed(
     seen: dict[str, object] = {}
     real = optimizing.optimize
 
-    def observed(exported, variants, settings):
+    def observed(exported, variants, settings, **kwargs):
         seen["modules"] = [c.torch_module for c in exported.components]
         seen["references"] = exported.cache.references_done
         seen["cases"] = len(exported.cache.cases)
-        return real(exported, variants, settings)
+        return real(exported, variants, settings, **kwargs)
 
     monkeypatch.setattr(optimizing, "optimize", observed)
     entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "fp16"))

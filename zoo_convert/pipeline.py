@@ -41,7 +41,7 @@ StageCallback = Callable[[str], None]
 
 def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
-    from .stages import check, export, fetch, optimize
+    from .stages import check, export, fetch, optimize, verify
 
     if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
@@ -72,7 +72,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         with run.stage("verify") as details:
             missing = _references(exported, settings, details)
         with run.stage("optimize") as details:
-            artifacts = optimize.optimize(exported, entry.variants, settings)
+            artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check)
             details.update({v: a.details for v, a in artifacts.items()})
             export.set_modes(out_dir)
         run.variants = [_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)

@@ -523,7 +523,7 @@ def test_load_reports_why_onnx_runtime_refused(exports, tmp_path: Path) -> None:
     path = tmp_path / "bad.onnx"
     path.write_bytes(b"not an onnx graph")
     with pytest.raises(OptimizeError, match="ONNX Runtime cannot load bad.onnx: .*INVALID_PROTOBUF"):
-        _verified(exported, exported.components[0], "fp32", path, Settings())
+        _verified(exported, exported.components[0], "fp32", path, Settings(), None)
 
 
 def _fp16_of(exported: ExportedModel, tmp_path: Path) -> Artifact:

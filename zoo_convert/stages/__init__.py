@@ -18,11 +18,12 @@ No stage imports another: what several share lives a layer below, in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..records import OutputCheck
+from ..records import OutputCheck, Settings
 from ..runtime import ModuleState, RuntimeCache
 
 if TYPE_CHECKING:
@@ -165,6 +166,11 @@ class Verified:
     @property
     def passed(self) -> bool:
         return self.error is None and all(c.passed for c in self.checks)
+
+
+# verify's ONNX Runtime side of one component of one artifact (``verify.check``), handed to
+# optimize by the pipeline: no stage imports another.
+Check = Callable[["ExportedModel", "Artifact", "Component", Settings], Verified]
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,7 @@ from ..errors import FailureKind, ForkedError, OptimizeError, VerifyError, first
 from ..forked import run_forked, step
 from ..records import Settings, variant_files
 from ..runtime import ort_session, session_for
-from . import Artifact, Component, ExportedModel, Verified
-from . import verify as verifying
+from . import Artifact, Check, Component, ExportedModel, Verified
 
 # HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
 # ORTConfigManager, limited to fusers ORT ships; unlisted types get ORT offline optimization.
@@ -147,16 +146,20 @@ class _Made:
     verified: Verified | None = None
 
 
-def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Settings) -> dict[str, Artifact]:
-    """Build the requested variants of every component (checked against PyTorch when the references are there).
+def optimize(
+    exported: ExportedModel, variants: tuple[str, ...], settings: Settings, *, check: Check | None = None
+) -> dict[str, Artifact]:
+    """Build the requested variants of every component; fp32 failing raises, the others fail as data.
 
-    fp32 failing raises; the others fail as data.
+    ``check`` (verify's ONNX Runtime side, ``verify.check``: no stage imports another) runs on
+    each graph in the child that made it once the job's PyTorch references are computed;
+    without it, or before them, each graph is only loaded in ONNX Runtime.
     """
     onnx_dir = exported.out_dir / "onnx"
     artifacts = {v: Artifact(variant=v, files={}, details={"components": {}}) for v in variants}
     with tempfile.TemporaryDirectory(dir=onnx_dir, prefix=".optimize-") as scratch:
         for component in exported.components:
-            made = _component(exported, component, variants, settings, Path(scratch))
+            made = _component(exported, component, variants, settings, Path(scratch), check)
             for variant, part in made.items():
                 art = artifacts[variant]
                 art.details["components"][component.name] = part.details
@@ -187,7 +190,12 @@ def _discard(art: Artifact) -> None:
 
 
 def _component(
-    exported: ExportedModel, component: Component, variants: tuple[str, ...], settings: Settings, scratch: Path
+    exported: ExportedModel,
+    component: Component,
+    variants: tuple[str, ...],
+    settings: Settings,
+    scratch: Path,
+    check: Check | None,
 ) -> dict[str, _Made]:
     """All variants of one graph, each made in its own child; the plain export is replaced last."""
     plain = component.path
@@ -201,12 +209,13 @@ def _component(
     for variant in ("int8", "uint8", "q4"):
         if variant in variants:
             out = work[variant] / final[variant].name
-            make = functools.partial(_checked, exported, component, variant, _quantizer(plain, out, external, variant), settings)
+            quantize = _quantizer(plain, out, external, variant)
+            make = functools.partial(_checked, exported, component, variant, quantize, settings, check)
             made[variant] = _guarded(variant, make, settings)
     if "fp32" in variants or "fp16" in variants:
         out = work["fp32"] / plain.name
         try:
-            fp32 = run_forked(lambda: _fp32(exported, component, out, external, settings), timeout_s=settings.timeout_s)
+            fp32 = run_forked(lambda: _fp32(exported, component, out, external, settings, check), timeout_s=settings.timeout_s)
         except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
             if storage_fault(exc) is not None or is_our_bug(exc) or _internal(exc):
                 raise
@@ -218,7 +227,7 @@ def _component(
         assert source is not None  # _fp32 always keeps a graph, the plain export at worst
         out = work["fp16"] / final["fp16"].name
         made["fp16"] = _guarded(
-            "fp16", lambda: _fp16(exported, component, source, method, out, external, settings), settings
+            "fp16", lambda: _fp16(exported, component, source, method, out, external, settings, check), settings
         )
 
     # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
@@ -267,20 +276,23 @@ def _checked(
     variant: str,
     make: Callable[[], tuple[Path, dict[str, Any]]],
     settings: Settings,
+    check: Check | None,
 ) -> _Made:
     """In the child: the graph ``make`` writes, opened in ONNX Runtime and checked against PyTorch when possible."""
     path, details = make()
-    return _Made(path, details, _verified(exported, component, variant, path, settings))
+    return _Made(path, details, _verified(exported, component, variant, path, settings, check))
 
 
-def _verified(exported: ExportedModel, component: Component, variant: str, path: Path, settings: Settings) -> Verified | None:
+def _verified(
+    exported: ExportedModel, component: Component, variant: str, path: Path, settings: Settings, check: Check | None
+) -> Verified | None:
     """verify's checks of one graph, in one session; just the session without references.
 
     A graph ONNX Runtime cannot load is an OptimizeError (the variant cannot be made); one it
     loads but cannot run at some input is a Verified with that error.
     """
     step(ORT, f"loading {path.name}")
-    if not exported.cache.references_done:
+    if check is None or not exported.cache.references_done:
         try:
             ort_session(path, threads=1)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
@@ -295,7 +307,7 @@ def _verified(exported: ExportedModel, component: Component, variant: str, path:
     step(ORT, f"running {path.name}")
     t0 = time.perf_counter()
     try:
-        return verifying.check(exported, artifact, component, settings)
+        return check(exported, artifact, component, settings)
     except Exception as exc:  # noqa: BLE001 - the variant failed verify: data for the record
         kind = exc.kind if isinstance(exc, VerifyError) else FailureKind.INTERNAL if is_our_bug(exc) else None
         if kind is None:
@@ -451,7 +463,9 @@ def _after_gelu(tensor: str, producers: dict[str, onnx.NodeProto]) -> bool:
     return False
 
 
-def _fp32(exported: ExportedModel, component: Component, out: Path, external: bool, settings: Settings) -> _Made:
+def _fp32(
+    exported: ExportedModel, component: Component, out: Path, external: bool, settings: Settings, check: Check | None
+) -> _Made:
     """In the child: the first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export."""
     plain = component.path
     model_type = exported.checkpoint.model_type
@@ -460,13 +474,13 @@ def _fp32(exported: ExportedModel, component: Component, out: Path, external: bo
         path = _as_final(plain, out, external)
         unoptimized = {"model_type": model_type, "method": "none", "fusion_applied": False, "fused_ops": {},
                        "note": "optimization off (--no-optimize)"}  # fmt: skip
-        return _timed(_Made(path, unoptimized, _verified(exported, component, "fp32", path, settings)), t0)
+        return _timed(_Made(path, unoptimized, _verified(exported, component, "fp32", path, settings, check)), t0)
     before = onnx_graph.op_census(component.graph.graph)
     fusion_type = FUSION_TYPES.get(model_type)
     details: dict[str, Any] = {
         "model_type": model_type,
         "optimizer_model_type": fusion_type,
-        "checked_against_pytorch": exported.cache.references_done,
+        "checked_against_pytorch": check is not None and exported.cache.references_done,
     }
     notes: list[str] = []
     candidates: list[tuple[str, str, Callable[[], tuple[Path, Counter[str]]]]] = []
@@ -498,7 +512,7 @@ def _fp32(exported: ExportedModel, component: Component, out: Path, external: bo
             notes.append(f"{label} fused nothing")
             continue
         try:
-            verified = _verified(exported, component, "fp32", path, settings)
+            verified = _verified(exported, component, "fp32", path, settings, check)
         except OptimizeError as exc:
             notes.append(f"{label}: {exc.message}")
             continue
@@ -507,7 +521,7 @@ def _fp32(exported: ExportedModel, component: Component, out: Path, external: bo
             return _timed(_Made(path, {**details, **kept, **_note(notes)}, verified), t0)
         notes.append(f"{label}: {_mismatch(verified, settings)}")
     path = _as_final(plain, out, external)
-    verified = _verified(exported, component, "fp32", path, settings)
+    verified = _verified(exported, component, "fp32", path, settings, check)
     return _timed(_Made(path, {**details, "method": "none", "fusion_applied": False, **_note(notes)}, verified), t0)
 
 
@@ -601,17 +615,18 @@ def _fp16(
     out: Path,
     external: bool,
     settings: Settings,
+    check: Check | None,
 ) -> _Made:
     """In the child: float16 weights and compute, float32 inputs and outputs so the same feeds work; then checked."""
     plain = component.path
     if source == plain or fp32_method == "none":  # fp32 is the plain export: no second try
         kept = _save_fp16(plain, out, external)
         details = {"source": "plain export", "io": "keep_io_types", "fp32_nodes": kept}
-        return _Made(out, details, _verified(exported, component, "fp16", out, settings))
+        return _Made(out, details, _verified(exported, component, "fp16", out, settings, check))
     try:
         kept = _save_fp16(source, out, external)
         details = {"source": f"fp32 ({fp32_method})", "io": "keep_io_types", "fp32_nodes": kept}
-        return _Made(out, details, _verified(exported, component, "fp16", out, settings))
+        return _Made(out, details, _verified(exported, component, "fp16", out, settings, check))
     except Exception as exc:  # noqa: BLE001 - retried below from the plain export
         if is_our_bug(exc) or storage_fault(exc) is not None:
             raise
@@ -620,7 +635,7 @@ def _fp16(
     # load what it made of them: convert the plain export.
     kept = _save_fp16(plain, out, external)
     retried = {"source": "plain export", "io": "keep_io_types", "fp32_nodes": kept, "note": f"from the fp32 graph failed: {first}"}
-    return _Made(out, retried, _verified(exported, component, "fp16", out, settings))
+    return _Made(out, retried, _verified(exported, component, "fp16", out, settings, check))
 
 
 def _save_fp16(source: Path, out: Path, external: bool) -> int:
