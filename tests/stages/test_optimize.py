@@ -495,6 +495,13 @@ def test_a_forked_child_returns_its_result_and_raises_with_its_kind() -> None:
     assert raised.value.kind is FailureKind.VERIFY_ERROR and "fails" in raised.value.traceback_text
 
 
+def _squared(n: int) -> onnx.ModelProto:
+    """y = x @ x on an n x n float input: a graph whose session has work for its thread pool."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n, n])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [n, n])
+    return onnx.helper.make_model(onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]))
+
+
 def test_a_child_forked_after_torch_ran_its_thread_pool_finishes() -> None:
     """The children run ORT only: a fork after torch's OpenMP pool started must not deadlock them."""
     import torch
@@ -504,15 +511,7 @@ def test_a_child_forked_after_torch_ran_its_thread_pool_finishes() -> None:
         (torch.randn(256, 256) @ torch.randn(256, 256)).sum().item()  # starts the intra-op pool
 
     def onnx_runtime_work() -> float:
-        model = onnx.helper.make_model(
-            onnx.helper.make_graph(
-                [onnx.helper.make_node("MatMul", ["x", "x"], ["y"])],
-                "g",
-                [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64, 64])],
-                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [64, 64])],
-            )
-        )
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(_squared(64).SerializeToString(), providers=["CPUExecutionProvider"])
         return float(session.run(None, {"x": np.ones((64, 64), np.float32)})[0].sum())
 
     assert run_forked(onnx_runtime_work, timeout_s=120) == 64.0 * 64 * 64
@@ -641,14 +640,7 @@ def test_a_child_never_destroys_an_onnx_runtime_session_it_inherited() -> None:
     """A parent's session left in a garbage cycle, collected in a child, waited forever on its thread pool."""
     import gc
 
-    model = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            [onnx.helper.make_node("MatMul", ["x", "x"], ["y"])],
-            "g",
-            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [256, 256])],
-            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [256, 256])],
-        )
-    )
+    model = _squared(256)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     gc.disable()  # the cycle must still be garbage when the child starts
