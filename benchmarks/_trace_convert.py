@@ -201,15 +201,15 @@ def install(tr: Tracer) -> None:
     # Our own calls by module and name; names a refactor removed are reported, not fatal.
     ours = {
         "zoo_convert.stages.fetch": ["fetch"],
-        "zoo_convert.stages.export": ["export", "_load_model", "_export_optimum", "_externalize", "_describe",
-                                      "_copy_side_files"],
+        "zoo_convert.stages.export": ["export", "_load_model", "_export_optimum", "_describe", "_copy_side_files"],
         "zoo_convert.stages.check": ["check", "_inferred_value_infos"],
         "zoo_convert.stages.optimize": ["optimize", "_int8", "_q4", "_fp32", "_fuse", "_ort_offline", "_fp16",
-                                        "_to_fp16", "_load", "_run", "_feeds", "_census"],
-        "zoo_convert.stages.verify": ["verify", "_run_ort"],
-        "zoo_convert.stages.benchmark": ["benchmark", "_timings", "_torch_timings"],
+                                        "_to_fp16", "_verified", "_census"],
+        "zoo_convert.stages.verify": ["references", "check", "judge", "_run_ort"],
+        "zoo_convert.stages.benchmark": ["benchmark", "_interleaved", "_torch_side", "_ort_side"],
         "zoo_convert.runtime": ["ort_session", "session_for", "cases", "_make_case", "graph_inputs", "_tokenizer"],
-        "zoo_convert.onnx_graph": ["load", "inputs", "save", "move", "link"],
+        "zoo_convert.onnx_graph": ["load", "externalize", "internalize", "save", "move", "link"],
+        "zoo_convert.forked": ["run_forked"],
     }  # fmt: skip
     # Imported before any wrapping, so their ``from onnx import ...`` bindings are replaced too.
     modules, missing = {}, []
@@ -272,8 +272,9 @@ def install(tr: Tracer) -> None:
             _replace_everywhere(fn, tr.wrap(label, fn))
     if missing:
         print(f"not traced (not in this version): {', '.join(missing)}", file=sys.stderr)
-    # Count the load checks' forked children.
-    forks = tr.rows.setdefault("os.fork (optimize._load children)", Row())
+    # Count the forked children (each variant is made in one: zoo_convert.forked); what they
+    # call is not traced, their time shows as the parent's wait in run_forked.
+    forks = tr.rows.setdefault("os.fork (forked.run_forked children)", Row())
     real_fork = os.fork
 
     def counted_fork() -> int:

@@ -12,7 +12,7 @@ command timed end to end with its process tree's memory sampled from /proc:
 * ``optimum``: ``optimum-cli export onnx --task T --optimize O2`` (export, fuse,
   validate at one shape);
 * ``ours fp32``: ``zoo-convert convert --variants fp32 --no-benchmark`` (export,
-  check, fused fp32 checked against the plain export, verify at two shapes);
+  check, fused fp32 verified against PyTorch in its forked child, at two shapes and the long one);
 * ``ours all``: ``zoo-convert convert`` (fp32, fp16, int8, each verified and timed).
 
 Targets: ours fp32 wall <= 1.0x optimum's and peak memory <= 1.0x; ours all

@@ -50,8 +50,7 @@ def test_census_counts_both_branches_of_an_if() -> None:
 def test_inputs_leave_out_initializers_listed_as_inputs(tmp_path: Path) -> None:
     model = _merged_like()
     model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 2048]))  # older exporters
-    onnx.save(model, tmp_path / "m.onnx")
-    assert [i.name for i in onnx_graph.inputs(tmp_path / "m.onnx")] == ["x0", "flag"]
+    assert [i.name for i in onnx_graph.fed_inputs(model.graph)] == ["x0", "flag"]
 
 
 def test_external_data_lives_in_file_data_and_moves_with_its_graph(tmp_path: Path) -> None:
@@ -61,8 +60,11 @@ def test_external_data_lives_in_file_data_and_moves_with_its_graph(tmp_path: Pat
     assert data == tmp_path / "model.onnx_data" and data.stat().st_size >= 4096 * 4
     assert onnx_graph.disk_size(path) == path.stat().st_size + data.stat().st_size
 
-    moved = onnx_graph.move(path, tmp_path / "model_fp16.onnx", external=True)
-    assert onnx_graph.data_path(moved).is_file()
+    written = data.stat().st_mtime_ns, data.stat().st_ino
+    moved = onnx_graph.move(path, tmp_path / "model_fp16.onnx")
+    assert onnx_graph.data_path(moved).is_file() and not path.exists() and not data.exists()
+    # A rename, not a rewrite of the weights (a > 2 GB model's data file is moved as it is).
+    assert (onnx_graph.data_path(moved).stat().st_mtime_ns, onnx_graph.data_path(moved).stat().st_ino) == written
     x = np.array([1.0, -2.0], dtype=np.float32)
     session = ort_session(moved, threads=1)
     (z,) = session.run(None, {"x0": x, "flag": np.array(True)})
@@ -72,6 +74,29 @@ def test_external_data_lives_in_file_data_and_moves_with_its_graph(tmp_path: Pat
     assert not data.exists()
     onnx_graph.delete(moved)
     assert not moved.exists() and not onnx_graph.data_path(moved).exists()
+
+
+def test_externalize_moves_the_weights_out_and_a_weightless_load_reads_the_structure(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    onnx.save(_merged_like(), path)
+    onnx_graph.externalize(path)
+    assert onnx_graph.data_path(path).stat().st_size >= 4096 * 4 and path.stat().st_size < 4096
+    assert onnx_graph.op_census(onnx_graph.load(path).graph) == onnx_graph.op_census(_merged_like().graph)
+    onnx_graph.internalize(path)
+    assert not onnx_graph.data_path(path).exists() and path.stat().st_size >= 4096 * 4
+
+
+def test_moving_a_graph_renames_a_data_file_of_another_name(tmp_path: Path) -> None:
+    """The quantizer writes ``<file>.data``: placing its graph renames the file and rewrites only the graph."""
+    src = tmp_path / "work" / "model_int8.onnx"
+    src.parent.mkdir()
+    onnx.save(_merged_like(), str(src), save_as_external_data=True, location="model_int8.onnx.data", size_threshold=1024)
+    moved = onnx_graph.move(src, tmp_path / "model_int8.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_int8.onnx", "model_int8.onnx_data", "work"]
+    assert not any((tmp_path / "work").iterdir())
+    x = np.array([1.0, -2.0], dtype=np.float32)
+    (z,) = ort_session(moved, threads=1).run(None, {"x0": x, "flag": np.array(True)})
+    assert np.allclose(z, -np.maximum(x, 0) @ np.arange(4096, dtype=np.float32).reshape(2, 2048))
 
 
 def test_sessions_run_on_the_providers_this_build_has(tmp_path: Path) -> None:

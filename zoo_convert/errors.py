@@ -12,6 +12,8 @@ same words::
      ├── ExportError                export_error, export_unsupported
      ├── CheckError                 check_error
      ├── OptimizeError              optimize_error
+     │    ├── QuantizeError         a graph quantize.py cannot write (opset, size, unsafe data path)
+     │    └── ForkedError           what a forked child raised (forked.py), with its kind and traceback
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
      ├── PublishError               publish_error
@@ -179,6 +181,18 @@ class OptimizeError(ZooConvertError):
 
 class QuantizeError(OptimizeError):
     """A graph ``zoo_convert.quantize`` cannot write: opset too old, output over the protobuf limit, unsafe data path."""
+
+
+class ForkedError(OptimizeError):
+    """An exception raised in a forked child (:mod:`zoo_convert.forked`), raised again in the job's process.
+
+    Attributes:
+        traceback_text: the child's traceback, where the failure happened (the record keeps it).
+    """
+
+    def __init__(self, message: str, *, kind: FailureKind | None = None, traceback_text: str = "") -> None:
+        super().__init__(message, kind=kind)
+        self.traceback_text = traceback_text
 
 
 class VerifyError(ZooConvertError):

@@ -26,6 +26,7 @@ Two classes of silent fp16 drift, each measured on a real family:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import onnx
@@ -48,6 +49,8 @@ _INTEGER = frozenset(
 _FLOAT = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE})
 # A constant this small is a hyperparameter (a bucket count, a log scale), not a weight.
 _SMALL_CONSTANT = 16
+# Tensors above this many bytes are weights: shape inference reads their type and dims, never their values.
+_SMALL_BYTES = 1024
 
 
 def unshadow_branches(graph: onnx.GraphProto) -> None:
@@ -104,9 +107,9 @@ def index_arithmetic(model: onnx.ModelProto) -> list[str]:
     """Names of the float nodes that compute integer indices (see the module docstring), in every graph.
 
     Needs unique tensor names across graphs (:func:`unshadow_branches` first); unnamed
-    nodes it picks are given names. Types come from ONNX shape inference; where it
-    cannot type a tensor (contrib ops, a model over 2 GB) that tensor is not index
-    arithmetic, so the recipe never keeps more in fp32 than it can justify.
+    nodes it picks are given names. Types come from ONNX shape inference on the graph
+    without its weights; where it cannot type a tensor (contrib ops) that tensor is not
+    index arithmetic, so the recipe never keeps more in fp32 than it can justify.
     """
     types = _elem_types(model)
     nodes = [n for g in onnx_graph.graphs(model.graph) for n in g.node]
@@ -209,22 +212,60 @@ def _casts_to_integer(node: onnx.NodeProto) -> bool:
     return node.op_type == "Cast" and any(a.name == "to" and a.i in _INTEGER for a in node.attribute)
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every tensor ONNX shape inference can type, in every graph."""
+def annotate_types(model: onnx.ModelProto) -> None:
+    """Give the main graph's untyped tensors the element type ONNX shape inference finds (no shapes).
+
+    What ORT's float16 converter needs to know which tensors are float, as its own symbolic
+    shape inference would tell it: that copies the whole model, weights included, for every
+    run; this infers on the graph without its weights.
+    """
+    inferred = _inferred(model)
+    if inferred is None:
+        return
+    known = {v.name for v in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
+    for value in inferred.graph.value_info:
+        if value.name in known or not value.type.HasField("tensor_type") or not value.type.tensor_type.elem_type:
+            continue
+        typed = model.graph.value_info.add()
+        typed.name = value.name
+        typed.type.tensor_type.elem_type = value.type.tensor_type.elem_type
+
+
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``model`` after ONNX shape inference, run on a copy without its weights; None where inference refuses it."""
+    skeleton = onnx.ModelProto()
+    with _weightless(model):
+        skeleton.CopyFrom(model)
     # The transformers optimizer writes com.microsoft ops without importing the domain; ONNX
     # inference then refuses the whole graph instead of skipping the ops it has no schema for.
-    imported = {o.domain for o in model.opset_import}
-    missing = {n.domain for g in onnx_graph.graphs(model.graph) for n in g.node} - imported - {"ai.onnx"}
-    added = [model.opset_import.add() for _ in sorted(missing)]
-    for entry, domain in zip(added, sorted(missing)):
-        entry.domain, entry.version = domain, 1
+    imported = {o.domain for o in skeleton.opset_import}
+    missing = {n.domain for g in onnx_graph.graphs(skeleton.graph) for n in g.node} - imported - {"ai.onnx"}
+    for domain in sorted(missing):
+        skeleton.opset_import.add(domain=domain, version=1)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except (ValueError, onnx.shape_inference.InferenceError):  # over 2 GB, or a graph inference rejects
-        inferred = model
+        return onnx.shape_inference.infer_shapes(skeleton)
+    except (ValueError, onnx.shape_inference.InferenceError):  # a graph inference rejects
+        return None
+
+
+@contextlib.contextmanager
+def _weightless(model: onnx.ModelProto) -> Iterator[None]:
+    """The model with its big tensors' bytes lifted out for a while (types and dims stay: all inference reads)."""
+    lifted = []
+    for tensor in onnx_graph.tensors(model.graph):
+        if tensor.HasField("raw_data") and len(tensor.raw_data) > _SMALL_BYTES:
+            lifted.append((tensor, tensor.raw_data))
+            tensor.ClearField("raw_data")
+    try:
+        yield
     finally:
-        for _ in added:
-            model.opset_import.pop()
+        for tensor, data in lifted:
+            tensor.raw_data = data
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor ONNX shape inference can type, in every graph."""
+    inferred = _inferred(model) or model
     types: dict[str, int] = {}
     for g in onnx_graph.graphs(inferred.graph):
         for value in [*g.input, *g.output, *g.value_info]:

@@ -5,9 +5,13 @@ A graph keeps nested graphs in node attributes: an ``If`` has ``then_branch`` an
 ``Scan`` have a ``body``. Everything that counts, scans or rewrites a graph walks
 those too, through :func:`graphs` (all of them) or :func:`subgraphs` (one node's).
 
-Weights above the protobuf limit live in one external data file beside the graph,
-``<file>_data`` (``model.onnx`` -> ``model.onnx_data``): the name optimum writes and
-transformers.js and ``ORTModel`` look for. :func:`data_path` is that rule.
+Weights live in one external data file beside the graph, ``<file>_data``
+(``model.onnx`` -> ``model.onnx_data``): the name optimum writes and transformers.js
+and ``ORTModel`` look for (:func:`data_path`). Every graph of a job keeps its weights
+there while the job works on it (:func:`externalize` after the export), so reading a
+graph's structure (:func:`load`) reads only the structure; the artifacts are written
+the way loaders expect them, weights inside the graph unless the model is over the
+protobuf limit (``Settings.external_data_threshold``).
 """
 
 from __future__ import annotations
@@ -62,9 +66,8 @@ def load(path: Path) -> onnx.ModelProto:
     return onnx.load(str(path), load_external_data=False)
 
 
-def inputs(path: Path) -> list[onnx.ValueInfoProto]:
+def fed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     """The graph inputs a caller feeds (older exporters also list initializers as inputs)."""
-    graph = load(path).graph
     initializers = {t.name for t in graph.initializer}
     return [i for i in graph.input if i.name not in initializers]
 
@@ -97,15 +100,52 @@ def save(model: onnx.ModelProto, path: Path, *, external: bool) -> None:
         onnx.save_model(model, str(path))
 
 
-def move(src: Path, dst: Path, *, external: bool) -> Path:
-    """Move a graph to ``dst``; external data is renamed with it, so such a graph is rewritten."""
+def externalize(path: Path) -> None:
+    """Move an inline graph's weights into :func:`data_path` beside it; a graph already external is left alone."""
+    from onnx.external_data_helper import uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    if any(uses_external_data(t) for t in tensors(model.graph)):
+        return
+    save(model, path, external=True)
+
+
+def internalize(path: Path) -> None:
+    """Put a graph's weights back inside it (a model under the protobuf limit ships that way)."""
+    save(onnx.load(str(path)), path, external=False)
+
+
+def move(src: Path, dst: Path) -> Path:
+    """Move a graph to ``dst`` with its external data, renamed ``<dst>_data``: a rename, never a rewrite of the weights.
+
+    A graph whose data file has another name (the quantizer's ``<file>.data``) is given
+    the new name in its tensors' ``location`` (a weightless rewrite of the graph).
+    """
     if src == dst:
         return dst
-    if external:
-        save(onnx.load(str(src)), dst, external=True)
-    else:
-        data_path(dst).unlink(missing_ok=True)
+    model = load(src)
+    locations = {e.value for t in tensors(model.graph) for e in t.external_data if e.key == "location"}
+    delete(dst)
+    if not locations:
         os.replace(src, dst)
+        return dst
+    if len(locations) > 1:  # several data files (not ours): gathered into one
+        save(onnx.load(str(src)), dst, external=True)
+        for name in locations:
+            (src.parent / name).unlink(missing_ok=True)
+        src.unlink()
+        return dst
+    (name,) = locations
+    os.replace(src.parent / name, data_path(dst))
+    if name == data_path(dst).name:
+        os.replace(src, dst)
+        return dst
+    for tensor in tensors(model.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = data_path(dst).name
+    onnx.save_model(model, str(dst))
+    src.unlink()
     return dst
 
 

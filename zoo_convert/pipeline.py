@@ -31,7 +31,7 @@ from .records import (
     StageResult,
     VariantResult,
 )
-from .stages import Artifact, ExportedModel
+from .stages import Artifact, ExportedModel, Latency
 from .versions import toolchain_versions
 
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
@@ -41,7 +41,7 @@ StageCallback = Callable[[str], None]
 
 def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
-    from .stages import check, export, fetch, optimize
+    from .stages import check, export, fetch, optimize, verify
 
     if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
@@ -69,22 +69,53 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             )
         with run.stage("check") as details:
             details.update(check.check(exported))
+        with run.stage("verify") as details:
+            missing = _references(exported, settings, details)
         with run.stage("optimize") as details:
-            artifacts = optimize.optimize(exported, entry.variants, settings)
+            artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check)
             details.update({v: a.details for v, a in artifacts.items()})
             export.set_modes(out_dir)
-        run.variants = [
-            _unmade(a) if "error" in a.details else _verify_and_benchmark(run, exported, a, settings)
-            for a in artifacts.values()
-        ]
+        run.variants = [_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)
+                        for a in artifacts.values()]  # fmt: skip
+        if settings.benchmark:
+            run.variants = _benchmarked(run, exported, artifacts, settings)
+        for comp in exported.components:
+            comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
         run.fail(exc)
     return run.result(settings)
 
 
-def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact, settings: Settings) -> VariantResult:
-    """Verify one variant, then time it unless ``settings.benchmark`` is off; a failure fails this variant only."""
+def _references(exported: ExportedModel, settings: Settings, details: dict[str, object]) -> Exception | None:
+    """PyTorch's side of the job, first: verify's references, and the benchmark's inputs when it times.
+
+    Returns the error that kept the references from being computed (each variant then fails
+    verify with it, as it would have checking them one by one). Without a benchmark the
+    torch model is released right away; with one, after the benchmark timed it.
+    """
     from .stages import benchmark, verify
+
+    t0 = time.perf_counter()
+    try:
+        verify.references(exported, settings)
+    except Exception as exc:  # noqa: BLE001 - recorded on every variant's verify
+        return exc
+    if settings.benchmark:
+        with contextlib.suppress(Exception):  # memoized: the benchmark notes it for every variant
+            benchmark.bench_cases(exported, settings)
+    exported.cache.references_done = True
+    details["references_seconds"] = round(time.perf_counter() - t0, 4)
+    if not settings.benchmark:
+        for comp in exported.components:
+            comp.release_torch()
+    return None
+
+
+def _verified(
+    run: _Run, exported: ExportedModel, artifact: Artifact, missing: Exception | None, settings: Settings
+) -> VariantResult:
+    """Judge one variant on the checks its optimize child ran; a failure fails this variant only."""
+    from .stages import verify
 
     base = VariantResult(
         variant=artifact.variant,
@@ -93,30 +124,64 @@ def _verify_and_benchmark(run: _Run, exported: ExportedModel, artifact: Artifact
         size_bytes=artifact.size_bytes,
         optimizer=artifact.details,
     )
+    checks: list[OutputCheck] = []
     try:
         with run.stage("verify", variant=artifact.variant):
-            base = _checked(base, verify.verify(exported, artifact, settings))
+            if missing is not None:
+                raise missing
+            for comp in exported.components:
+                found = artifact.verified[comp.name]
+                checks.extend(found.checks)
+                if found.error is not None:
+                    kind = found.error_kind or FailureKind.VERIFY_ERROR.value
+                    return replace(_checked(base, tuple(checks)), failure_kind=kind, message=found.error,
+                                   traceback=found.traceback)  # fmt: skip
+            base = _checked(base, verify.judge(exported, artifact, tuple(checks), settings))
             why = verify.inconclusive(exported, settings)
-        status = PASSED if why is None else INCONCLUSIVE
-        base = replace(base, message=why)
-        if not settings.benchmark:
-            return replace(base, status=status)
-        with run.stage("benchmark", variant=artifact.variant):
-            lat = benchmark.benchmark(exported, artifact, settings)
-        return replace(
-            base,
-            status=status,
-            ort_p50_ms=lat.ort_p50_ms,
-            ort_p90_ms=lat.ort_p90_ms,
-            torch_p50_ms=lat.torch_p50_ms,
-            torch_p90_ms=lat.torch_p90_ms,
-            speedup=lat.speedup,
-        )
+        return replace(base, status=PASSED if why is None else INCONCLUSIVE, message=why)
     except NumericsMismatchError as exc:
         return replace(_checked(base, exc.checks), failure_kind=exc.kind.value, message=exc.message)
     except Exception as exc:  # noqa: BLE001 - a variant's failure is data
         failure = _failure(exc)
         return replace(base, failure_kind=failure.kind, message=failure.message, traceback=failure.traceback)
+
+
+def _benchmarked(
+    run: _Run, exported: ExportedModel, artifacts: dict[str, Artifact], settings: Settings
+) -> list[VariantResult]:
+    """Every verified variant timed together with PyTorch (once); timing never fails a variant."""
+    from .stages import benchmark
+
+    timed = [artifacts[v.variant] for v in run.variants if v.status in (PASSED, INCONCLUSIVE)]
+    if not timed:
+        return run.variants
+    with run.stage("benchmark") as details:
+        latencies = benchmark.benchmark(exported, timed, settings)
+        details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy))
+    return [_with_latency(v, latencies[v.variant]) if v.variant in latencies else v for v in run.variants]
+
+
+def _with_latency(v: VariantResult, lat: Latency) -> VariantResult:
+    """The record's latency columns: figures, conditions, and why a side is missing."""
+    ort, torch = lat.ort, lat.torch
+    return replace(
+        v,
+        ort_p50_ms=ort.p50_ms if ort else None,
+        ort_p90_ms=ort.p90_ms if ort else None,
+        ort_runs=ort.runs if ort else None,
+        ort_spread=ort.spread if ort else None,
+        torch_p50_ms=torch.p50_ms if torch else None,
+        torch_p90_ms=torch.p90_ms if torch else None,
+        torch_runs=torch.runs if torch else None,
+        torch_spread=torch.spread if torch else None,
+        speedup=lat.speedup,
+        bench_threads=lat.threads,
+        bench_shape=lat.shape,
+        bench_cpu=lat.cpu,
+        bench_load=lat.load,
+        bench_noisy=lat.noisy,
+        bench_note=lat.note,
+    )
 
 
 def _unmade(artifact: Artifact) -> VariantResult:

@@ -135,8 +135,10 @@ class Settings:
             from the exporter's dummy input so the dynamic axes are exercised.
         verify_long: also verify at one long shape per component, batch 1 at the length
             the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
-        bench_warmup / bench_runs: latency measurement repetitions.
-        bench_budget_s: seconds of timed runs per side after which a slow model stops early.
+        bench_warmup / bench_runs: untimed calls per side first, then rounds of one timed call of
+            each side (PyTorch and every variant, interleaved).
+        bench_budget_s: seconds of timed calls of the slowest side after which a slow model stops
+            early (after ``benchmark.MIN_RUNS`` rounds).
         providers: ONNX Runtime execution providers, in preference order.
         threads: intra-op threads for torch and ORT inside one job.
         timeout_s: default hard timeout per job (farm only).
@@ -161,7 +163,7 @@ class Settings:
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
     verify_long: bool = True
-    bench_warmup: int = 3
+    bench_warmup: int = 1
     bench_runs: int = 20
     bench_budget_s: float = 1.0
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
@@ -234,8 +236,16 @@ class VariantResult:
         traceback: where it failed, when an exception made it fail (always for ``internal``).
         max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
         ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
-        torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs.
+        torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs (timed once per job,
+            interleaved with every variant: the same figures on each of the job's rows).
         speedup: torch_p50_ms / ort_p50_ms.
+        ort_runs / torch_runs: timed calls behind each latency.
+        ort_spread / torch_spread: interquartile range over the median of those calls.
+        bench_threads / bench_shape / bench_cpu / bench_load: the conditions of the measurement:
+            intra-op threads, batch x length, CPU model, 1-minute load average during it.
+        bench_noisy: the spread or the load was too high to trust the latency (kept, but left out
+            of the speedup headline, the ``slower`` regressions and the model card).
+        bench_note: why the latency is empty (timing failed; the variant stays verified).
         optimizer: fusion statistics and whether any fusion applied.
         outputs: per-output verification numbers.
     """
@@ -256,6 +266,16 @@ class VariantResult:
     torch_p50_ms: float | None = None
     torch_p90_ms: float | None = None
     speedup: float | None = None
+    ort_runs: int | None = None
+    ort_spread: float | None = None
+    torch_runs: int | None = None
+    torch_spread: float | None = None
+    bench_threads: int | None = None
+    bench_shape: str | None = None
+    bench_cpu: str | None = None
+    bench_load: float | None = None
+    bench_noisy: bool | None = None
+    bench_note: str | None = None
     optimizer: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputCheck, ...] = ()
 

@@ -106,16 +106,21 @@ class RuntimeCache:
     """What one job's verify and benchmark stages share; lives on ``ExportedModel.cache``, never recorded.
 
     Attributes:
-        sessions: ONNX Runtime sessions by graph file, threads and providers.
+        sessions: ONNX Runtime sessions by graph file, threads and providers (a verifying
+            child's own; the job's process opens its sessions in the benchmark and closes them there).
         cases: inputs and PyTorch outputs per component and shape, one Case per branch.
-        graph_inputs: the fed inputs of each component's fp32 graph, by component name.
+        references_done: every case the job needs is computed (``verify.references``); from
+            then on no PyTorch forward may run, as forked children read these cases.
+        failed: the cases whose inputs or PyTorch forward failed, by key: asked again, the same
+            error is raised (after ``references_done`` there is no second try).
         tokenizer: the checkpoint's tokenizer, None when it has no usable one.
         tokenizer_loaded: whether ``tokenizer`` was looked for yet.
     """
 
     sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
     cases: dict[CaseKey, dict[Branch, Case]] = field(default_factory=dict)
-    graph_inputs: dict[str, list[onnx.ValueInfoProto]] = field(default_factory=dict)
+    references_done: bool = False
+    failed: dict[CaseKey, Exception] = field(default_factory=dict)
     tokenizer: PreTrainedTokenizerBase | None = None
     tokenizer_loaded: bool = False
 
@@ -181,17 +186,28 @@ def cases(
     ``seq`` is capped by the position table; ``audio_samples`` become the frames
     a filterbank model's extractor makes of them (:mod:`zoo_convert.shapes`).
     """
-    if comp.onnx_config is None or comp.torch_module is None:
-        raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
-    kwargs = shape_kwargs(exported.checkpoint.path, comp.onnx_config, batch, seq, audio_samples)
+    config = comp.onnx_config
+    if config is None:
+        raise VerifyError(f"component {comp.name} carries no OnnxConfig to generate inputs from")
+    kwargs = shape_kwargs(exported.checkpoint.path, config, batch, seq, audio_samples)
     memo = exported.cache.cases
     # Keyed by what is fed: a whisper encoder sees the same 30 s at every requested length.
-    key = (comp.name, *sorted(kwargs.items()))
+    key: CaseKey = (comp.name, *sorted(kwargs.items()))
+    if key in exported.cache.failed:
+        raise exported.cache.failed[key]
     if key not in memo:
-        memo[key] = {
-            branch: _make_case(exported, comp, config, branch, outputs, kwargs, settings)
-            for branch, config, outputs in _branches(comp.onnx_config)
-        }
+        if exported.cache.references_done or comp.torch_module is None:
+            # After verify.references, a PyTorch forward here would run torch where it must not:
+            # a forked child (OpenMP deadlocks) or a job whose torch model is already released.
+            raise RuntimeError(f"the PyTorch reference of {comp.name} at {key[1:]} was not computed in advance")
+        try:
+            memo[key] = {
+                branch: _make_case(exported, comp, branch_config, branch, outputs, kwargs, settings)
+                for branch, branch_config, outputs in _branches(config)
+            }
+        except Exception as exc:
+            exported.cache.failed[key] = exc
+            raise
     return memo[key]
 
 
@@ -252,6 +268,7 @@ def _make_case(
 ) -> Case:
     import torch
 
+    assert comp.torch_module is not None  # cases() checked it
     with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
@@ -317,10 +334,7 @@ def graph_inputs(exported: ExportedModel, comp: Component) -> list[onnx.ValueInf
     """Fed inputs of the fp32 graph as exported (all variants share its input names)."""
     from . import onnx_graph
 
-    memo = exported.cache.graph_inputs
-    if comp.name not in memo:
-        memo[comp.name] = onnx_graph.inputs(comp.path)
-    return memo[comp.name]
+    return onnx_graph.fed_inputs(comp.graph.graph)
 
 
 @contextlib.contextmanager

@@ -48,7 +48,15 @@ def test_decoder_is_exported_with_past(zoo_export) -> None:
 def test_encoder_decoder_layout_is_encoder_plus_merged_decoder(zoo_export) -> None:
     ex = zoo_export("t5")
     assert [c.name for c in ex.components] == ["encoder_model", "decoder_model_merged"]
-    assert sorted(ex.files) == ["onnx/decoder_model_merged.onnx", "onnx/encoder_model.onnx"]
+    # Every graph's weights beside it for the whole job: reading a graph reads only its structure.
+    assert sorted(ex.files) == [
+        "onnx/decoder_model_merged.onnx",
+        "onnx/decoder_model_merged.onnx_data",
+        "onnx/encoder_model.onnx",
+        "onnx/encoder_model.onnx_data",
+    ]
+    for comp in ex.components:
+        assert ex.files[f"onnx/{comp.path.name}_data"] > ex.files[f"onnx/{comp.path.name}"]
     assert "use_cache_branch" in _inputs(ex.components[1].path)
     assert (ex.out_dir / "generation_config.json").is_file()
 

@@ -6,8 +6,10 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -19,7 +21,8 @@ from zoo_convert import onnx_graph
 from zoo_convert.errors import OptimizeError
 from zoo_convert.records import Settings
 from zoo_convert.stages import Artifact, Checkpoint, Component, ExportedModel
-from zoo_convert.stages.optimize import _feeds, _load, optimize
+from zoo_convert.forked import run_forked, step
+from zoo_convert.stages.optimize import _verified, optimize
 from zoo_convert.stages.verify import verify
 
 pytestmark = pytest.mark.timeout(300)
@@ -100,6 +103,56 @@ def _exported(src: Path, out: Path, components: tuple[str, ...] = ("model",), mo
         node_count=0,
         op_census={},
     )
+
+
+def _feeds(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Inputs that fit a graph's declared inputs, built from the config: to compare two graphs of one model."""
+    rng = np.random.default_rng(0)
+    sizes = _dim_sizes(config)
+    feeds: dict[str, np.ndarray] = {}
+    for inp in onnx_graph.fed_inputs(onnx_graph.load(path).graph):
+        tensor = inp.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else _dim(d.dim_param, sizes) for d in tensor.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        feeds[inp.name] = _values(inp.name, shape, dtype, config, rng)
+    return feeds
+
+
+def _dim_sizes(config: dict[str, Any]) -> dict[str, int]:
+    image = config.get("image_size", 32)
+    image = image[0] if isinstance(image, (list, tuple)) else image
+    return {
+        "batch_size": 2,
+        "num_channels": int(config.get("num_channels", 3)),
+        "height": int(image),
+        "width": int(image),
+        "feature_size": int(config.get("num_mel_bins", config.get("feature_size", 80))),
+    }
+
+
+def _dim(name: str, sizes: dict[str, int]) -> int:
+    """A symbolic dimension's test size; past lengths differ from current ones to catch mix-ups."""
+    if name in sizes:
+        return sizes[name]
+    if "+" in name:  # optimum writes e.g. "past_sequence_length + sequence_length"
+        return sum(_dim(part.strip(), sizes) for part in name.split("+"))
+    if "batch" in name:
+        return 2
+    return 3 if "past" in name else 5
+
+
+def _values(
+    name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: np.random.Generator
+) -> np.ndarray:
+    if dtype == np.bool_:
+        return np.ones(shape, dtype=bool)  # use_cache_branch: take the with-past branch
+    if np.issubdtype(dtype, np.integer):
+        if "mask" in name:
+            return np.ones(shape, dtype=dtype)
+        if "input_ids" in name:
+            return rng.integers(0, min(int(config.get("vocab_size", 100)), 100), shape).astype(dtype)
+        return np.zeros(shape, dtype=dtype)  # token types, positions: 0 is always valid
+    return rng.standard_normal(shape).astype(dtype)
 
 
 def _census(path: Path) -> Counter[str]:
@@ -287,7 +340,7 @@ def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -
     assert fp32.details["methods"] == ["ort_offline"]
     part = fp32.details["components"]["model"]
     assert part["optimizer_model_type"] is None and "no transformers optimizer fuser" in part["note"]
-    assert part["checked_against_plain"] is True
+    assert part["checked_against_pytorch"] is False  # no references here: only loaded in ONNX Runtime
     # A float-input model: fp16 must still take and give float32.
     session = ort.InferenceSession(str(artifacts["fp16"].files["model"]), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].type == "tensor(float)" and session.get_outputs()[0].type == "tensor(float)"
@@ -379,6 +432,9 @@ def test_fp32_failure_raises_naming_variant_and_component(tmp_path: Path, export
 def _zoo_copy(exported: ExportedModel, out: Path, names: tuple[str, ...]) -> ExportedModel:
     """Some components of a shared zoo export, copied so optimize may overwrite them."""
     (out / "onnx").mkdir(parents=True)
+    for c in exported.components:  # the export keeps every graph's weights beside it, in <file>_data
+        if onnx_graph.data_path(c.path).exists():
+            shutil.copy(onnx_graph.data_path(c.path), out / "onnx" / onnx_graph.data_path(c.path).name)
     parts = [Component(name=c.name, path=shutil.copy(c.path, out / "onnx" / c.path.name)) for c in exported.components]
     return ExportedModel(exported.checkpoint, out, [c for c in parts if c.name in names], 18, 8, 0, {})
 
@@ -421,19 +477,56 @@ def test_a_graph_onnx_runtime_crashes_on_fails_only_its_variant(zoo_export, tmp_
     assert fp16.files or "ONNX Runtime crashed (signal" in fp16.details["error"]
 
 
-def test_a_crash_while_loading_is_an_optimize_error(tmp_path: Path) -> None:
-    def segfault(path: str) -> None:
+def test_a_crash_in_a_forked_child_is_an_optimize_error_naming_its_last_step() -> None:
+    def segfault() -> None:
+        step("ONNX Runtime", "loading model_fp16.onnx")
         os.kill(os.getpid(), signal.SIGSEGV)
 
     with pytest.raises(OptimizeError, match=r"ONNX Runtime crashed \(signal 11\) loading model_fp16.onnx"):
-        _load(tmp_path / "model_fp16.onnx", open_session=segfault)
+        run_forked(segfault, timeout_s=60)
 
 
-def test_load_reports_why_onnx_runtime_refused(tmp_path: Path) -> None:
+def test_a_forked_child_returns_its_result_and_raises_with_its_kind() -> None:
+    from zoo_convert.errors import FailureKind, ForkedError, VerifyError
+
+    assert run_forked(lambda: {"big": b"x" * (1 << 21)}, timeout_s=60) == {"big": b"x" * (1 << 21)}
+
+    def fails() -> None:
+        raise VerifyError("no run", kind=FailureKind.VERIFY_ERROR)
+
+    with pytest.raises(ForkedError, match="no run") as raised:
+        run_forked(fails, timeout_s=60)
+    assert raised.value.kind is FailureKind.VERIFY_ERROR and "fails" in raised.value.traceback_text
+
+
+def _squared(n: int) -> onnx.ModelProto:
+    """y = x @ x on an n x n float input: a graph whose session has work for its thread pool."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n, n])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [n, n])
+    return onnx.helper.make_model(onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]))
+
+
+def test_a_child_forked_after_torch_ran_its_thread_pool_finishes() -> None:
+    """The children run ORT only: a fork after torch's OpenMP pool started must not deadlock them."""
+    import torch
+
+    with torch.inference_mode():
+        torch.set_num_threads(2)
+        (torch.randn(256, 256) @ torch.randn(256, 256)).sum().item()  # starts the intra-op pool
+
+    def onnx_runtime_work() -> float:
+        session = ort.InferenceSession(_squared(64).SerializeToString(), providers=["CPUExecutionProvider"])
+        return float(session.run(None, {"x": np.ones((64, 64), np.float32)})[0].sum())
+
+    assert run_forked(onnx_runtime_work, timeout_s=120) == 64.0 * 64 * 64
+
+
+def test_load_reports_why_onnx_runtime_refused(exports, tmp_path: Path) -> None:
+    exported = _exported(exports["bert"], tmp_path)
     path = tmp_path / "bad.onnx"
     path.write_bytes(b"not an onnx graph")
     with pytest.raises(OptimizeError, match="ONNX Runtime cannot load bad.onnx: .*INVALID_PROTOBUF"):
-        _load(path)
+        _verified(exported, exported.components[0], "fp32", path, Settings(), None)
 
 
 def _fp16_of(exported: ExportedModel, tmp_path: Path) -> Artifact:
@@ -515,3 +608,56 @@ def test_merged_decoder_branches_share_no_names_for_the_fp16_converter(zoo_expor
     assert _cosine(got.run(["logits"], feeds)[0], want) > 0.999
     checks = verify(exported, fp16, Settings())
     assert all(c.passed and c.cosine > 0.99999 for c in checks if c.shape.endswith("/no-cache"))
+
+
+def test_fusion_and_fp16_run_no_shape_inference_over_the_weights(
+    exports, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ORT's symbolic shape inference copies the whole model per fusion (5 times for bert): fused without it, like O2."""
+    import onnxruntime.transformers.float16 as ort_float16
+    import onnxruntime.transformers.optimizer  # noqa: F401 - puts ORT's transformers folder on sys.path
+    import shape_infer_helper
+
+    from zoo_convert.stages.optimize import FUSION_OPT_LEVEL, _fuse, _to_fp16
+
+    inferred: list[str] = []
+    real_helper = shape_infer_helper.SymbolicShapeInferenceHelper.__init__
+
+    def helper(self, *args, **kwargs):
+        inferred.append("symbolic")
+        real_helper(self, *args, **kwargs)
+
+    monkeypatch.setattr(shape_infer_helper.SymbolicShapeInferenceHelper, "__init__", helper)
+    for name in ("infer_shapes", "infer_shapes_path"):
+        real = getattr(ort_float16, name)
+        monkeypatch.setattr(ort_float16, name, lambda *a, real=real, name=name, **k: (inferred.append(name), real(*a, **k))[1])
+    config = json.loads((exports["bert"] / "checkpoint" / "config.json").read_text())
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    out, stats, census = _fuse(plain, tmp_path / "model.onnx", "bert", config, False, FUSION_OPT_LEVEL["bert"])
+    assert census["Attention"] == 2 and census["SkipLayerNormalization"] > 0 and stats["Attention"] == 2
+    fp16_model, _ = _to_fp16(out)
+    assert inferred == []
+    fed = _feeds(plain, config)
+    got = ort.InferenceSession(fp16_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, fed)[0]
+    assert _cosine(got, _outputs(plain, fed)) > 0.999
+
+
+def test_a_child_never_destroys_an_onnx_runtime_session_it_inherited() -> None:
+    """A parent's session left in a garbage cycle, collected in a child, waited forever on its thread pool."""
+    import gc
+
+    model = _squared(256)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    gc.disable()  # the cycle must still be garbage when the child starts
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.ones((256, 256), np.float32)})  # its pool's threads are running
+        time.sleep(1.0)  # and then asleep on the pool's condition variables
+        cycle: list[object] = [session]
+        cycle.append(cycle)
+        del session, cycle
+        assert run_forked(lambda: gc.collect() >= 0, timeout_s=30) is True
+    finally:
+        gc.enable()
+        gc.collect()

@@ -12,13 +12,13 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from zoo_convert import zoo
-from zoo_convert.errors import LONG_INPUTS_ONLY, BenchmarkError, NumericsMismatchError, VerifyError
+from zoo_convert import onnx_graph, zoo
+from zoo_convert.errors import LONG_INPUTS_ONLY, NumericsMismatchError, VerifyError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
 from zoo_convert.runtime import SENTENCES, Branch, cases, feed_for
 from zoo_convert.shapes import AUDIO_SAMPLES_PER_STEP
 from zoo_convert.stages import Artifact, ExportedModel
-from zoo_convert.stages.benchmark import benchmark
+from zoo_convert.stages.benchmark import bench_cases, benchmark
 from zoo_convert.stages.export import export
 from zoo_convert.stages.verify import inconclusive, verify
 
@@ -31,6 +31,16 @@ FAST_BENCH = Settings(bench_warmup=1, bench_runs=5)
 def fp32(ex: ExportedModel) -> Artifact:
     """The exported graphs as the fp32 artifact."""
     return Artifact("fp32", {c.name: c.path for c in ex.components})
+
+
+def _copies(ex: ExportedModel, folder: Path) -> dict[str, Path]:
+    """Every component's graph copied into ``folder``, with the weights the export keeps beside it."""
+    copies = {}
+    for comp in ex.components:
+        copies[comp.name] = Path(shutil.copy(comp.path, folder / comp.path.name))
+        if onnx_graph.data_path(comp.path).exists():
+            shutil.copy(onnx_graph.data_path(comp.path), folder / onnx_graph.data_path(comp.path).name)
+    return copies
 
 
 # The short shapes, and the long one: batch 1 at 128 tokens (gpt2: 64 new over a 64-token past, its
@@ -139,28 +149,42 @@ def test_pytorch_forward_is_memoized_across_variants(zoo_export, tmp_path: Path)
     ex = zoo_export("t5")
     verify(ex, fp32(ex), SETTINGS)
     before = {k: [id(c) for c in v.values()] for k, v in ex.cache.cases.items()}
-    copies = {}
-    for comp in ex.components:
-        copies[comp.name] = tmp_path / comp.path.name
-        shutil.copy(comp.path, copies[comp.name])
-    assert all(c.passed for c in verify(ex, Artifact("fp16", copies), SETTINGS))
+    assert all(c.passed for c in verify(ex, Artifact("fp16", _copies(ex, tmp_path)), SETTINGS))
     after = {k: [id(c) for c in v.values()] for k, v in ex.cache.cases.items()}
     assert after == before
 
 
 @pytest.mark.parametrize("name", ["bert", "t5"])
-def test_benchmark_times_ort_and_torch(zoo_export, name: str) -> None:
+def test_benchmark_times_ort_and_torch_with_their_conditions(zoo_export, name: str) -> None:
     ex = zoo_export(name)
-    lat = benchmark(ex, fp32(ex), FAST_BENCH)
-    assert 0 < lat.ort_p50_ms <= lat.ort_p90_ms
-    assert 0 < lat.torch_p50_ms <= lat.torch_p90_ms
-    assert lat.speedup > 0
+    lat = benchmark(ex, [fp32(ex)], FAST_BENCH)["fp32"]
+    assert lat.ort is not None and lat.torch is not None and lat.note is None
+    assert 0 < lat.ort.p50_ms <= lat.ort.p90_ms and 0 < lat.torch.p50_ms <= lat.torch.p90_ms
+    assert lat.speedup is not None and lat.speedup > 0
+    assert lat.ort.runs == lat.torch.runs == FAST_BENCH.bench_runs  # interleaved: one call of each per round
+    assert lat.ort.spread >= 0 and lat.torch.spread >= 0
+    assert lat.threads == FAST_BENCH.threads and lat.shape == "1x128" and lat.cpu and lat.load >= 0
 
 
-def test_benchmark_error_is_benchmark_error(zoo_export) -> None:
+def test_pytorch_is_timed_once_for_every_variant_of_the_job(zoo_export, tmp_path: Path) -> None:
     ex = zoo_export("bert")
-    with pytest.raises(BenchmarkError):
-        benchmark(ex, Artifact("fp32", {}), FAST_BENCH)
+    copies = _copies(ex, tmp_path)
+    bench_cases(ex, FAST_BENCH)  # the inputs and their reference, computed before the timing (as the pipeline does)
+    calls = []
+    hook = ex.components[0].torch_module.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        found = benchmark(ex, [fp32(ex), Artifact("int8", copies)], FAST_BENCH)
+    finally:
+        hook.remove()
+    assert found["fp32"].torch == found["int8"].torch  # one figure, measured once beside both
+    assert len(calls) == FAST_BENCH.bench_warmup + found["fp32"].torch.runs
+
+
+def test_a_variant_that_cannot_be_timed_has_no_latency_and_says_why(zoo_export) -> None:
+    ex = zoo_export("bert")
+    found = benchmark(ex, [Artifact("int8", {}), fp32(ex)], FAST_BENCH)
+    assert found["int8"].ort is None and "int8 has no graph for component 'model'" in found["int8"].note
+    assert found["fp32"].ort is not None and found["fp32"].note is None, "one variant's failure leaves the others timed"
 
 
 @pytest.mark.slow
@@ -207,7 +231,7 @@ def test_benchmark_times_the_cache_branch_of_a_merged_decoder(zoo_export, monkey
         return feed_for(session, case, comp)
 
     monkeypatch.setattr(bench, "feed_for", spy)
-    benchmark(ex, fp32(ex), FAST_BENCH)
+    benchmark(ex, [fp32(ex)], FAST_BENCH)
     assert timed == [("encoder_model", Branch.WHOLE), ("decoder_model_merged", Branch.CACHE)]
 
 
@@ -280,8 +304,8 @@ def test_benchmark_keeps_a_composite_decoders_past_within_its_position_table(zoo
     ex = zoo_export("vision-encoder-decoder")
     merged = ex.components[1]
     assert cases(ex, merged, 1, 128, SETTINGS, audio_samples=0)[Branch.CACHE].feed["past_key_values.0.key"].shape[2] == 64
-    lat = benchmark(ex, fp32(ex), FAST_BENCH)
-    assert 0 < lat.ort_p50_ms and 0 < lat.torch_p50_ms
+    lat = benchmark(ex, [fp32(ex)], FAST_BENCH)["fp32"]
+    assert lat.ort is not None and lat.torch is not None and 0 < lat.ort.p50_ms and 0 < lat.torch.p50_ms
 
 
 def test_a_filterbank_speech_model_is_fed_the_frames_its_extractor_makes(zoo_export) -> None:

@@ -18,6 +18,7 @@ import pytest
 from synthetic import HISTORY, fill, good, result
 
 from zoo_convert.errors import StoreError
+from zoo_convert.records import VariantResult
 from zoo_convert.store import ResultStore
 from zoo_convert.store.schema import LATEST_VERSION
 
@@ -48,6 +49,8 @@ RELEASED = {
     3: "343fd15ca31ce94b4f233288bc9a0d90f66fa24c8e81f7f52bdf340f6c35c144",
     4: "eb1948989d46f71817568efc41d3fbf66bfcd6163d1ff938f19038c35073b149",
     5: "f12db486bc5573f5653a1997fec8b6a5782f7cd45ee079eeb7b40ee0081ce7ea",
+    6: "468a7331d4d01fb4d0d85d89bc605fbdf1a7f6dccc41e1a6a6470c7ba839cbaa",
+    7: "4b8ed12c296b79d80139b2da129ba2ab07ee1670a48d383daa3887bc6a1e2512",
 }
 
 
@@ -380,3 +383,47 @@ def test_a_batch_mixing_early_failures_and_variants_keeps_every_column(tmp_path:
     got = rows(store, "SELECT job_key, count(max_abs), count(verify_s), count(ort_p50_ms) FROM results"
                       " WHERE variant IS NOT NULL GROUP BY 1 ORDER BY 1")  # fmt: skip
     assert got == [("k-ok", 3, 3, 3), ("k-ok2", 3, 3, 3)]
+
+
+def _timed(ort_ms: float, *, noisy: bool) -> VariantResult:
+    from dataclasses import replace
+
+    from synthetic import variant
+
+    return replace(variant("fp32", ort_ms=ort_ms), ort_runs=20, ort_spread=0.4 if noisy else 0.03, torch_runs=20,
+                   torch_spread=0.05, bench_threads=1, bench_shape="1x128", bench_cpu="Xeon (avx512_vnni)",
+                   bench_load=3.5 if noisy else 0.4, bench_noisy=noisy)  # fmt: skip
+
+
+def test_migration_8_stores_each_latencys_conditions(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from zoo_convert.records import ConversionResult
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    unmeasured = replace(_timed(2.0, noisy=False), variant="int8", ort_p50_ms=None, ort_runs=None, ort_spread=None,
+                         bench_noisy=False, bench_note="not timed: no kernel")  # fmt: skip
+    store.record("r", "k", ConversionResult(source="zoo/bert", status="passed", model_type="bert",
+                                             variants=(_timed(2.0, noisy=True), unmeasured)))  # fmt: skip
+    got = rows(store, "SELECT variant, ort_runs, ort_spread, torch_runs, torch_spread, bench_threads, bench_shape,"
+                      " bench_cpu, bench_load, bench_noisy, bench_note FROM results ORDER BY variant")
+    assert got == [
+        ("fp32", 20, 0.4, 20, 0.05, 1, "1x128", "Xeon (avx512_vnni)", 3.5, True, None),
+        ("int8", None, None, 20, 0.05, 1, "1x128", "Xeon (avx512_vnni)", 0.4, False, "not timed: no kernel"),
+    ]
+    assert rows(store, "SELECT max(version) FROM schema_migrations") == [(8,)]
+
+
+@pytest.mark.parametrize(("before", "after", "slower"), [(False, False, True), (True, False, False), (False, True, False)])
+def test_a_noisy_latency_is_never_a_slower_regression(tmp_path: Path, before: bool, after: bool, slower: bool) -> None:
+    from zoo_convert.records import ConversionResult
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    for run, ms, noisy in (("r1", 2.0, before), ("r2", 3.0, after)):  # 50 % slower
+        store.start_run(run, manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+        store.record(run, "k-" + run, ConversionResult(source="zoo/bert", status="passed", model_type="bert",
+                                                        variants=(_timed(ms, noisy=noisy),)))  # fmt: skip
+        store.finish_run(run)
+    got = rows(store, "SELECT regression FROM regressions")
+    assert got == ([("slower",)] if slower else [])

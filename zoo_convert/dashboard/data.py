@@ -102,7 +102,8 @@ QUERIES: dict[str, str] = {
             count(DISTINCT job_seq) FILTER (WHERE job_status = 'inconclusive') AS inconclusive,
             count(variant) AS variants,
             count(variant) FILTER (WHERE status = 'passed') AS variants_verified,
-            median(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed') AS median_speedup
+            median(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed' AND NOT coalesce(bench_noisy, false))
+                AS median_speedup
         FROM latest_results
         WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     """,
@@ -126,10 +127,11 @@ QUERIES: dict[str, str] = {
         FROM failure_signatures ORDER BY n DESC, signature LIMIT {TOP_SIGNATURES}
     """,
     "runs": _ZOO_OVER_RUNS,
-    # Histograms in log space: speedups spread around 1x, errors across decades.
+    # Histograms in log space: speedups spread around 1x, errors across decades. A noisy latency
+    # (too spread, or taken under load) says nothing of the speedup: left out of it and the headline.
     "speedup_hist": """
         SELECT variant, floor(log2(speedup) * 4) / 4 AS bin, count(*) AS n
-        FROM latest_results WHERE status = 'passed' AND speedup > 0
+        FROM latest_results WHERE status = 'passed' AND speedup > 0 AND NOT coalesce(bench_noisy, false)
         GROUP BY ALL ORDER BY variant, bin
     """,
     "error_hist": """

@@ -24,6 +24,16 @@ class VariantRow:
     ort_p50_ms: float | None = None
     torch_p50_ms: float | None = None
     speedup: float | None = None
+    ort_runs: int | None = None
+    ort_spread: float | None = None
+    torch_runs: int | None = None
+    torch_spread: float | None = None
+    bench_threads: int | None = None
+    bench_shape: str | None = None
+    bench_cpu: str | None = None
+    bench_load: float | None = None
+    bench_noisy: bool | None = None
+    bench_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,12 +110,28 @@ def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Cand
                 ort_p50_ms=r["ort_p50_ms"],
                 torch_p50_ms=r["torch_p50_ms"],
                 speedup=r["speedup"],
+                # A DB written before migration 8 has no latency conditions: its figures are shown without them.
+                **{name: r.get(name) for name in _CONDITIONS},
             )
             for r in sorted(rows, key=lambda r: VARIANTS.index(r["variant"]) if r["variant"] in VARIANTS else 99)
             if r["variant"] is not None
         ),
         tolerances=tolerances,
     )
+
+
+_CONDITIONS = (
+    "ort_runs",
+    "ort_spread",
+    "torch_runs",
+    "torch_spread",
+    "bench_threads",
+    "bench_shape",
+    "bench_cpu",
+    "bench_load",
+    "bench_noisy",
+    "bench_note",
+)
 
 
 def _tolerances(settings: dict[str, Any]) -> dict[str, float]:

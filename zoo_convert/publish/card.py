@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..records import JS_DTYPES, JS_SUFFIXES, PASSED
 from ..sources import is_local
-from .candidates import Candidate
+from .candidates import Candidate, VariantRow
 from .hub import DEFAULT_ENDPOINT
 
 # optimum task -> Hub pipeline tag (the ``-with-past`` suffix is stripped first).
@@ -106,11 +106,12 @@ def model_card(
         *(
             f"| {v.variant} | {f'`{v.file}`' if v.variant in in_repo else 'not published'} | {_mb(v.size_bytes)} "
             f"| {_sci(v.max_abs)} | {_sci(c.tolerances.get(v.variant))} | {_fixed(v.min_cosine, 6)} "
-            f"| {_fixed(v.ort_p50_ms, 2, ' ms')} | {_fixed(v.torch_p50_ms, 2, ' ms')} | {_fixed(v.speedup, 2, 'x')} "
+            f"| {_latency(v, v.ort_p50_ms, ' ms')} | {_latency(v, v.torch_p50_ms, ' ms')} | {_latency(v, v.speedup, 'x')} "
             f"| {v.status} |"
             for v in c.variants
         ),
         "",
+        *_latency_conditions(c.variants),
         f"Task `{c.task}`, model type `{c.model_type}`, verified {(c.finished_at or '')[:10]} with "
         + ", ".join(f"{k} {v}" for k, v in sorted(c.versions.items()))
         + ".",
@@ -176,6 +177,40 @@ def _named(file: str, variant: str, dtype: str) -> str:
     path = Path(file)
     stem = path.name.removesuffix(".onnx").removesuffix(JS_SUFFIXES[JS_DTYPES[variant][0]])
     return (path.parent / f"{stem}{JS_SUFFIXES[dtype]}.onnx").as_posix()
+
+
+def _latency(v: VariantRow, x: float | None, unit: str) -> str:
+    """A latency figure, or "-" where it was measured under noise (too spread, or under load): no figure to trust."""
+    return "-" if v.bench_noisy else _fixed(x, 2, unit)
+
+
+def _latency_conditions(variants: Iterable[VariantRow]) -> list[str]:
+    """What every latency figure shown was measured under, and why a figure is missing; nothing when none is shown."""
+    lines = []
+    for v in variants:
+        if v.bench_noisy:
+            lines.append(f"- {v.variant}: latency left out, measured under noise ({_conditions(v)}).")
+        elif v.ort_p50_ms is not None:
+            lines.append(f"- {v.variant}: {_conditions(v)}.")
+        elif v.bench_note:
+            lines.append(f"- {v.variant}: no latency ({v.bench_note}).")
+    return ["Latency conditions (p50 of one forward pass; ONNX Runtime and PyTorch eager timed in interleaved rounds):",
+            "", *lines, ""] if lines else []  # fmt: skip
+
+
+def _conditions(v: VariantRow) -> str:
+    parts = [
+        f"batch x length {v.bench_shape}" if v.bench_shape else None,
+        f"{v.bench_threads} thread{'s' if v.bench_threads != 1 else ''}" if v.bench_threads is not None else None,
+        v.bench_cpu,
+        f"load average {v.bench_load:.2f}" if v.bench_load is not None else None,
+        f"ORT {v.ort_runs} runs, spread {v.ort_spread:.0%}" if v.ort_runs is not None and v.ort_spread is not None else None,
+        f"PyTorch {v.torch_runs} runs, spread {v.torch_spread:.0%}"
+        if v.torch_runs is not None and v.torch_spread is not None
+        else None,
+    ]
+    known = [p for p in parts if p]
+    return ", ".join(known) if known else "conditions not recorded"
 
 
 def _mb(n: int | None) -> str:

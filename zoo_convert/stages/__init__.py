@@ -4,8 +4,10 @@
     export    Checkpoint               -> ExportedModel      (onnx/model.onnx, ...)
     check     ExportedModel            -> details            (onnx.checker + shape inference)
     optimize  ExportedModel            -> {variant: Artifact} (fp32 optimized, fp16, int8, uint8, q4)
-    verify    ExportedModel, Artifact  -> (OutputCheck, ...)  (ORT vs PyTorch at >= 2 shapes)
-    benchmark ExportedModel, Artifact  -> Latency            (ORT and PyTorch eager p50/p90)
+    verify    ExportedModel            -> references         (PyTorch's outputs at every shape, once per job)
+              ExportedModel, Artifact  -> (OutputCheck, ...)  (ORT vs PyTorch at >= 2 shapes; run by
+                                                              optimize's child as it makes each variant)
+    benchmark ExportedModel, [Artifact] -> {variant: Latency} (ORT and PyTorch eager, interleaved)
 
 No stage imports another: what several share lives a layer below, in
 :mod:`zoo_convert.onnx_graph` (graphs on disk) and :mod:`zoo_convert.runtime`
@@ -16,13 +18,16 @@ No stage imports another: what several share lives a layer below, in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..records import OutputCheck, Settings
 from ..runtime import ModuleState, RuntimeCache
 
 if TYPE_CHECKING:
+    import onnx
     import torch
     from optimum.exporters.onnx import OnnxConfig
 
@@ -62,6 +67,8 @@ class Component:
         torch_module: the PyTorch module (patched as for export) that this graph mirrors.
         as_loaded: the loaded model's state before the export ran it, put back before
             every reference forward (shared by the components of one model).
+        graph: the exported graph without its weights (the job keeps them in ``<file>_data``
+            beside it): read once, for the op census, the input names and the fusion's census.
     """
 
     name: str
@@ -69,6 +76,20 @@ class Component:
     onnx_config: OnnxConfig | None = None
     torch_module: torch.nn.Module | None = None
     as_loaded: ModuleState | None = None
+    _graph: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def graph(self) -> onnx.ModelProto:
+        if self._graph is None:
+            from .. import onnx_graph  # onnx is for the workers: the farm driver imports this module too
+
+            self._graph = onnx_graph.load(self.path)
+        return self._graph
+
+    def release_torch(self) -> None:
+        """Drop the torch module: the job needs PyTorch no more (its references are computed)."""
+        self.torch_module = None
+        self.as_loaded = None
 
 
 @dataclass
@@ -107,12 +128,15 @@ class Artifact:
         details: how it was made (fusion statistics, ``fusion_applied``, quantization mode);
             ``error`` and ``failure_kind`` when it could not be made.
         traceback: where making it failed, for a failure that is a bug of ours.
+        verified: ONNX Runtime's side of verify, run by the child that made it, per component;
+            empty when optimize ran without PyTorch references.
     """
 
     variant: str
     files: dict[str, Path]
     details: dict[str, Any] = field(default_factory=dict)
     traceback: str | None = None
+    verified: dict[str, Verified] = field(default_factory=dict)
 
     @property
     def size_bytes(self) -> int:
@@ -122,14 +146,76 @@ class Artifact:
 
 
 @dataclass(frozen=True)
-class Latency:
-    """Median and 90th percentile latencies in milliseconds."""
+class Verified:
+    """ONNX Runtime against the PyTorch references for one component of one variant.
 
-    ort_p50_ms: float
-    ort_p90_ms: float
-    torch_p50_ms: float
-    torch_p90_ms: float
+    Attributes:
+        checks: every output check made (all of them when it ran; those before the failure otherwise).
+        seconds: how long the checks took (sessions, runs, comparisons).
+        error: why it could not run every check (an ONNX Runtime failure at one input); None when it did.
+        error_kind: the failure kind of ``error``.
+        traceback: where ``error`` was raised, for a bug of ours.
+    """
+
+    checks: tuple[OutputCheck, ...]
+    seconds: float
+    error: str | None = None
+    error_kind: str | None = None
+    traceback: str | None = None
 
     @property
-    def speedup(self) -> float:
-        return self.torch_p50_ms / self.ort_p50_ms if self.ort_p50_ms > 0 else float("nan")
+    def passed(self) -> bool:
+        return self.error is None and all(c.passed for c in self.checks)
+
+
+# verify's ONNX Runtime side of one component of one artifact (``verify.check``), handed to
+# optimize by the pipeline: no stage imports another.
+Check = Callable[["ExportedModel", "Artifact", "Component", Settings], Verified]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One side's latency of one forward pass.
+
+    Attributes:
+        p50_ms / p90_ms: median and 90th percentile, milliseconds.
+        runs: timed calls.
+        spread: interquartile range over the median (IQR / p50).
+    """
+
+    p50_ms: float
+    p90_ms: float
+    runs: int
+    spread: float
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One variant's latency beside PyTorch's, and the conditions both were measured under.
+
+    Attributes:
+        ort / torch: the timings; None where that side could not be timed (``note`` says why).
+        threads: intra-op threads of both sides.
+        shape: batch x length of the timed input (the first component's).
+        cpu: the CPU model (and its int8 instruction sets).
+        load: the 1-minute load average during the measurement (the highest sampled).
+        noisy: the spread of a side or the load was too high to trust the figures.
+        note: why a side has no timing.
+        traceback: where timing failed, for a bug of ours.
+    """
+
+    ort: Timing | None
+    torch: Timing | None
+    threads: int
+    shape: str
+    cpu: str
+    load: float
+    noisy: bool = False
+    note: str | None = None
+    traceback: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.ort is None or self.torch is None or self.ort.p50_ms <= 0:
+            return None
+        return self.torch.p50_ms / self.ort.p50_ms

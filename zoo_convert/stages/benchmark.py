@@ -1,17 +1,43 @@
-"""Benchmark stage: ONNX Runtime and PyTorch eager latency on the same inputs."""
+"""Benchmark stage: ONNX Runtime latency of every verified variant next to PyTorch eager, measured together.
+
+One job is timed once: PyTorch and each variant's sessions run in rounds (one call
+of each side per round, in the same order every round), on the same inputs and the
+same thread count, so a machine that gets busier or quieter during the measurement
+moves every side alike and the speedups stay comparable. PyTorch is timed once per
+job, not once per variant. A model whose weights are stored outside its graph
+(over ``Settings.external_data_threshold``) holds one variant's session at a time
+beside the torch model: it is timed variant by variant, each interleaved with
+PyTorch, and PyTorch's figure pools its calls of every pair.
+
+Every measurement carries its conditions: calls, p50, p90, spread (IQR / p50),
+threads, batch x length, CPU model and the load average during it. It is noisy
+when its spread is above :data:`NOISY_SPREAD` or the load above the machine's
+cores; noisy figures stay in the record but are left out of the dashboard's
+speedup headline, the ``slower`` regressions and the model card.
+
+The inputs are verify's (:func:`zoo_convert.runtime.cases`, memoized, computed by
+``verify.references`` before any variant was made): valid shapes for the
+modality, capped by the config's position table. A benchmark never fails a
+verified variant: whatever goes wrong while timing leaves its latency empty with
+the reason in ``Latency.note``.
+"""
 
 from __future__ import annotations
 
+import os
+import platform
 import time
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import BenchmarkError, ZooConvertError, is_our_bug
+from ..errors import first_line, is_our_bug
 from ..records import Settings
-from ..runtime import Branch, Case, cases, feed_for, session_for, torch_threads
-from . import Artifact, Component, ExportedModel, Latency
+from ..runtime import Branch, Case, cases, feed_for, ort_session, torch_threads
+from . import Artifact, Component, ExportedModel, Latency, Timing
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
@@ -21,10 +47,23 @@ BENCH_SEQUENCE = 128
 # One second of 16 kHz audio for raw-waveform models.
 BENCH_AUDIO_SAMPLES = 16000
 MIN_RUNS = 5
+# A measurement whose interquartile range exceeds this share of its median is too spread to trust.
+NOISY_SPREAD = 0.15
+TORCH = "torch"
 
 
-def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -> Latency:
-    """p50/p90 of one forward pass, batch 1, sequence 128 (vision: the processor's size).
+def bench_cases(exported: ExportedModel, settings: Settings) -> list[tuple[Component, Case]]:
+    """The inputs of one timed iteration, one case per component (a merged decoder's cache branch)."""
+    found: list[tuple[Component, Case]] = []
+    for comp in exported.components:
+        by_branch = cases(exported, comp, BENCH_BATCH, BENCH_SEQUENCE, settings, audio_samples=BENCH_AUDIO_SAMPLES)
+        # A merged decoder is timed on its cache branch: one step after the prompt.
+        found.append((comp, by_branch[Branch.CACHE] if Branch.CACHE in by_branch else by_branch[Branch.WHOLE]))
+    return found
+
+
+def benchmark(exported: ExportedModel, artifacts: list[Artifact], settings: Settings) -> dict[str, Latency]:
+    """p50/p90 of one forward pass of each artifact and of PyTorch, batch 1, sequence 128 (vision: the processor's size).
 
     One timed iteration runs every component once, in order, on the inputs
     verify generates (memoized, so PyTorch and ORT see identical tensors):
@@ -37,42 +76,87 @@ def benchmark(exported: ExportedModel, artifact: Artifact, settings: Settings) -
       of the first generated token after the prompt.
 
     PyTorch runs eager under ``torch.inference_mode`` with the same thread count as ORT.
+    Returns a Latency per artifact variant; one that could not be timed has its reason in ``note``.
     """
+    conditions = _Conditions(threads=settings.threads, cpu=cpu_model())
     try:
-        steps: list[_Step] = []
-        for comp in exported.components:
-            found = cases(exported, comp, BENCH_BATCH, BENCH_SEQUENCE, settings, audio_samples=BENCH_AUDIO_SAMPLES)
-            # A merged decoder is timed on its cache branch: one step after the prompt.
-            case = found[Branch.CACHE] if Branch.CACHE in found else found[Branch.WHOLE]
-            session = session_for(exported, artifact, comp, settings)
-            steps.append((comp, case, session, feed_for(session, case, comp)))
+        steps = bench_cases(exported, settings)
+    except Exception as exc:  # noqa: BLE001 - no inputs, no latency: every variant says why
+        return {a.variant: _unmeasured(conditions, exc) for a in artifacts}
+    conditions.shape = steps[0][1].label.split("/")[0] if steps else ""
+    times: dict[str, list[float]] = {TORCH: []}
+    notes: dict[str, tuple[str, str | None]] = {}
+    try:
+        torch_side = _torch_side(steps, settings)
+    except Exception as exc:  # noqa: BLE001 - the variants are still timed, without a speedup
+        notes[TORCH] = _why(exc)
+    groups = [[a] for a in artifacts] if _one_at_a_time(exported, settings) else [artifacts]
+    loads: list[float] = []
+    for group in groups:
+        sides = {TORCH: torch_side} if TORCH not in notes else {}
+        for art in group:
+            try:
+                sides[art.variant] = _ort_side(art, steps, settings)
+            except Exception as exc:  # noqa: BLE001 - this variant goes unmeasured, the others are timed
+                notes[art.variant] = _why(exc)
+        loads.append(_load())
+        measured, failed = _interleaved(sides, settings)
+        loads.append(_load())
+        notes.update(failed)
+        for side, ms in measured.items():
+            times.setdefault(side, []).extend(ms)
+        sides.clear()  # close this group's sessions before the next group's open
+    conditions.load = max(loads, default=0.0)
+    torch_timing = _timing(times[TORCH]) if times[TORCH] and TORCH not in notes else None
+    results = {}
+    for art in artifacts:
+        why = notes.get(art.variant) or (notes.get(TORCH) if torch_timing is None else None)
+        ort_timing = _timing(times[art.variant]) if times.get(art.variant) and art.variant not in notes else None
+        results[art.variant] = conditions.latency(ort_timing, torch_timing, why)
+    return results
 
-        def run_ort() -> None:
-            for _, _, session, feed in steps:
-                session.run(None, feed)
 
-        ort_ms = _timings(run_ort, settings)
-        torch_ms = _torch_timings(steps, settings)
-    except ZooConvertError as exc:
-        raise BenchmarkError(exc.message) from exc
-    except Exception as exc:  # noqa: BLE001 - any runtime failure while timing is a benchmark error
-        if is_our_bug(exc):
-            raise
-        raise BenchmarkError(f"{type(exc).__name__}: {exc}") from exc
-    return Latency(
-        ort_p50_ms=_pct(ort_ms, 50),
-        ort_p90_ms=_pct(ort_ms, 90),
-        torch_p50_ms=_pct(torch_ms, 50),
-        torch_p90_ms=_pct(torch_ms, 90),
-    )
+def _one_at_a_time(exported: ExportedModel, settings: Settings) -> bool:
+    """Whether the model is too big to hold every variant's session beside the torch model at once."""
+    weights = exported.details.get("weights_bytes")
+    return isinstance(weights, int) and weights > settings.external_data_threshold
 
 
-# One component's part of a timed iteration: its inputs, its session and its feed.
-_Step = tuple[Component, Case, "InferenceSession", dict[str, np.ndarray]]
+@dataclass
+class _Conditions:
+    threads: int
+    cpu: str
+    shape: str = ""
+    load: float = 0.0
+
+    def latency(self, ort: Timing | None, torch: Timing | None, why: tuple[str, str | None] | None) -> Latency:
+        noisy = self.load > (os.cpu_count() or 1) or any(t is not None and t.spread > NOISY_SPREAD for t in (ort, torch))
+        return Latency(
+            ort=ort,
+            torch=torch,
+            threads=self.threads,
+            shape=self.shape,
+            cpu=self.cpu,
+            load=round(self.load, 2),
+            noisy=noisy and ort is not None,
+            note=why[0] if why else None,
+            traceback=why[1] if why else None,
+        )
 
 
-def _torch_timings(steps: list[_Step], settings: Settings) -> list[float]:
-    """PyTorch eager over the same components, patched as for export (tuple caches in, same outputs).
+def _unmeasured(conditions: _Conditions, exc: BaseException) -> Latency:
+    return conditions.latency(None, None, _why(exc))
+
+
+def _why(exc: BaseException) -> tuple[str, str | None]:
+    """A note for the record; a bug of ours says so and keeps its traceback."""
+    if is_our_bug(exc):
+        return f"internal: {first_line(exc)}", "".join(traceback.format_exception(exc))
+    return f"not timed: {first_line(exc)}", None
+
+
+def _torch_side(steps: list[tuple[Component, Case]], settings: Settings) -> Callable[[], None]:
+    """PyTorch eager over the components, patched as for export (tuple caches in, same outputs).
 
     Each component is patched only around its own call: the patchers of an
     encoder and of the whole seq2seq model that contains it cannot be nested.
@@ -80,38 +164,106 @@ def _torch_timings(steps: list[_Step], settings: Settings) -> list[float]:
     """
     import torch
 
-    for comp, _, _, _ in steps:
+    for comp, _ in steps:
+        if comp.torch_module is None:
+            raise RuntimeError(f"the torch module of {comp.name} was released before the benchmark")
         if comp.as_loaded is not None:
             comp.as_loaded.restore()
 
-    def run_torch() -> None:
-        for comp, case, _, _ in steps:
-            with case.config.patch_model_for_export(comp.torch_module):
-                comp.torch_module(**case.torch_inputs)
+    def run() -> None:
+        with torch_threads(settings.threads), torch.inference_mode():
+            for comp, case in steps:
+                with case.config.patch_model_for_export(comp.torch_module):
+                    comp.torch_module(**case.torch_inputs)  # type: ignore[misc]
 
-    with torch_threads(settings.threads), torch.inference_mode():
-        return _timings(run_torch, settings)
+    return run
 
 
-def _timings(fn: Callable[[], None], settings: Settings) -> list[float]:
-    """Milliseconds of up to ``bench_runs`` calls after the warm-up ones.
+def _ort_side(art: Artifact, steps: list[tuple[Component, Case]], settings: Settings) -> Callable[[], None]:
+    """One session per component of ``art``, held by the returned call until it is dropped."""
+    from ..errors import BenchmarkError
 
-    A slow model stops early once ``bench_budget_s`` is spent (after at least
-    MIN_RUNS calls): the farm's throughput should not hinge on one big graph.
+    runs: list[tuple[InferenceSession, dict[str, np.ndarray]]] = []
+    for comp, case in steps:
+        path = art.files.get(comp.name)
+        if path is None:
+            raise BenchmarkError(f"{art.variant} has no graph for component {comp.name!r}")
+        session = ort_session(path, threads=settings.threads, providers=settings.providers)
+        runs.append((session, feed_for(session, case, comp)))
+
+    def run() -> None:
+        for session, feed in runs:
+            session.run(None, feed)
+
+    return run
+
+
+def _interleaved(
+    sides: dict[str, Callable[[], None]], settings: Settings
+) -> tuple[dict[str, list[float]], dict[str, tuple[str, str | None]]]:
+    """Milliseconds per call of each side, in rounds of one call each; a side that fails drops out with its reason.
+
+    Warm-up calls first (``bench_warmup`` each); then rounds until every side has
+    ``bench_runs`` calls, or, after MIN_RUNS rounds, once the slowest side has spent
+    ``bench_budget_s``: the farm's throughput should not hinge on one big graph.
     """
-    for _ in range(settings.bench_warmup):
-        fn()
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < max(1, settings.bench_runs):
+    failed: dict[str, tuple[str, str | None]] = {}
+
+    def call(side: str) -> float | None:
         t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000.0)
-        spent += times[-1] / 1000.0
-        if len(times) >= MIN_RUNS and spent > settings.bench_budget_s:
+        try:
+            sides[side]()
+        except Exception as exc:  # noqa: BLE001 - recorded as this side's reason
+            failed[side] = _why(exc)
+            return None
+        return (time.perf_counter() - t0) * 1000.0
+
+    for _ in range(settings.bench_warmup):
+        for side in [s for s in sides if s not in failed]:
+            call(side)
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    rounds = 0
+    while rounds < max(1, settings.bench_runs):
+        live = [s for s in sides if s not in failed]
+        if not live:
             break
-    return times
+        for side in live:
+            ms = call(side)
+            if ms is not None:
+                times[side].append(ms)
+        rounds += 1
+        spent = max((sum(times[s]) for s in live), default=0.0) / 1000.0
+        if rounds >= MIN_RUNS and spent > settings.bench_budget_s:
+            break
+    return {s: ms for s, ms in times.items() if s not in failed}, failed
 
 
-def _pct(values: list[float], q: float) -> float:
-    return round(float(np.percentile(values, q)), 4)
+def _timing(ms: list[float]) -> Timing:
+    q1, p50, q3, p90 = (float(np.percentile(ms, q)) for q in (25, 50, 75, 90))
+    return Timing(p50_ms=round(p50, 4), p90_ms=round(p90, 4), runs=len(ms), spread=round((q3 - q1) / p50, 4) if p50 > 0 else 0.0)
+
+
+def _load() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def cpu_model() -> str:
+    """The CPU's model name and the int8 instruction sets ORT can use (/proc/cpuinfo): said next to every latency."""
+    name, flags = "", set[str]()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    has = [flag for flag in ("avx512_vnni", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16") if flag in flags]
+    return f"{name} ({', '.join(has) if has else 'no VNNI/AMX'})"

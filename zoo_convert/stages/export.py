@@ -79,9 +79,10 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
         note = _missing_processor(ckpt, task)
         raise ExportError(f"{first_line(exc)}{note}" if note else f"{type(exc).__name__}: {exc}") from exc
     weights = _param_bytes(components)
-    if weights > settings.external_data_threshold:
-        for comp in components:
-            _externalize(comp.path)
+    # Weights out of the graph for the whole job: every later read of a graph's structure
+    # (check, census, input names, the fusers' and quantizers' walks) skips them.
+    for comp in components:
+        onnx_graph.externalize(comp.path)
     _copy_side_files(ckpt.path, sides, Path(out_dir))
     modules, left_out = sentence_transformers_files(ckpt.path)
     if modules:
@@ -314,16 +315,6 @@ def _param_bytes(components: list[Component]) -> int:
     return total
 
 
-def _externalize(path: Path) -> None:
-    """Move the graph's weights into external data beside it (the layout ORT and transformers.js expect)."""
-    import onnx
-    from onnx.external_data_helper import uses_external_data
-
-    if any(uses_external_data(t) for t in onnx_graph.load(path).graph.initializer):
-        return  # the exporter already wrote external data (graphs over 2 GB)
-    onnx_graph.save(onnx.load(str(path), load_external_data=True), path, external=True)
-
-
 def _copy_side_files(src: Path, sides: list[Path], out_dir: Path) -> None:
     """Config, tokenizer and processor files go beside onnx/, as transformers.js and ORTModel expect."""
     for path in sides:
@@ -357,7 +348,7 @@ def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], deta
     census: Counter[str] = Counter()
     opset = ir_version = 0
     for comp in components:
-        model = onnx_graph.load(comp.path)
+        model = comp.graph
         ir_version = max(ir_version, model.ir_version)
         opset = max(opset, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
         census.update(onnx_graph.op_census(model.graph))

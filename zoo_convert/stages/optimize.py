@@ -9,26 +9,38 @@ Per component, in this order (it matters):
          uint8 is the same with QUInt8 weights.
    q4    4-bit block-wise weight-only quantization of the plain export's MatMuls
          (``MatMulNBits``), as transformers.js's ``q4``: see :func:`_q4`.
-2. fp32  the onnxruntime transformers optimizer where the model type maps to one of
-         its fusers; else, or when it fused nothing, broke the graph or changed its
-         outputs, ONNX Runtime's offline graph optimization (ORT_ENABLE_EXTENDED: ALL
-         writes hardware-specific layouts); else the plain export, unchanged. With
-         ``Settings.optimize`` off (``--no-optimize``) the plain export, untouched and unrun.
-3. fp16  the optimized fp32 graph converted with float32 inputs and outputs kept, and
-         integer index arithmetic (T5's position buckets) left in fp32 (:mod:`zoo_convert.fp16`);
-         where ORT's converter cannot type it (ORT-optimized If branches: merged decoders),
-         or with ``--no-optimize``, the plain export converted the same way.
-4. the optimized fp32 graph replaces ``<component>.onnx``.
+2. fp32  the first candidate that loads, runs and matches PyTorch (verify's own checks):
+         the onnxruntime transformers optimizer where the model type maps to one of its
+         fusers (its Python fusions, without ORT's symbolic shape inference, after ORT's
+         basic optimizations where a fuser needs them: :data:`FUSION_OPT_LEVEL`); else, or
+         when it fused nothing, failed, or its graph did not run or match, ONNX Runtime's
+         offline graph optimization (ORT_ENABLE_EXTENDED: ALL writes hardware-specific
+         layouts); else the plain export, unchanged. A fused graph is never kept unless it
+         ran and matched. With ``Settings.optimize`` off (``--no-optimize``) the plain export.
+3. fp16  the chosen fp32 graph converted with float32 inputs and outputs kept, and
+         integer index arithmetic (T5's position buckets) left in fp32 (:mod:`zoo_convert.fp16`),
+         typed by ONNX's shape inference on the graph without its weights (no symbolic shape
+         inference); where ORT's converter cannot convert it (ORT-optimized If branches: merged
+         decoders), or with ``--no-optimize``, the plain export converted the same way.
+4. the fp32 graph replaces ``<component>.onnx``.
 
+Each variant of each component is made in a short-lived forked child
+(:mod:`zoo_convert.forked`) that writes it under its final name in a scratch folder,
+opens it in ONNX Runtime (one session) and, when the job's PyTorch references are
+computed (``verify.references``), runs verify's checks on it
+(``Artifact.verified``): its transient copies, its session and any ONNX Runtime
+crash go with the child. The job's process holds one weightless graph per component.
+
+The export keeps every graph's weights in ``<file>_data`` beside it for the whole job;
+the variants are written the way loaders expect them: weights inside the graph
+unless the model is over ``Settings.external_data_threshold``, then in one
+``<file>_data`` named for its final file, so placing it is a rename.
 Each variant's graph is written under its transformers.js name and hard-linked under the
 other names the same graph answers to (int8: ``model_quantized.onnx`` = ``model_int8.onnx``;
 :data:`~zoo_convert.records.JS_DTYPES`), so a second name costs no disk.
 
-Every candidate is written to a scratch folder and checked against the plain export
-in ONNX Runtime on generated inputs before it is moved into ``onnx/``; fp16 and int8
-graphs are also loaded in a child process, as ONNX Runtime can crash on them. A variant that
-cannot be made is returned with ``details["error"]`` and no files; only fp32, which
-the others are measured against, raises :class:`OptimizeError`.
+A variant that cannot be made is returned with ``details["error"]`` and no files;
+only fp32, which the others are measured against, raises :class:`OptimizeError`.
 """
 
 from __future__ import annotations
@@ -36,23 +48,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import tempfile
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 
 from .. import fp16, onnx_graph
-from ..errors import FailureKind, OptimizeError, first_line, is_our_bug, storage_fault
+from ..errors import FailureKind, ForkedError, OptimizeError, VerifyError, first_line, is_our_bug, storage_fault
+from ..forked import run_forked, step
 from ..records import Settings, variant_files
-from ..runtime import ort_session
-from . import Artifact, Component, ExportedModel
+from ..runtime import ort_session, session_for
+from . import Artifact, Check, Component, ExportedModel, Verified
 
 # HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
 # ORTConfigManager, limited to fusers ORT ships; unlisted types get ORT offline optimization.
@@ -82,6 +94,14 @@ FUSION_TYPES = {
     "whisper": "bart",
     "xlm-roberta": "bert",
 }
+# The ORT optimization level each fuser runs after: the lowest at which its fusions, without
+# symbolic shape inference, match what level 0 with it fused (fused op counts over the zoo,
+# bert-base and gpt2: benchmarks/REALSIZE_NOTES.md, proposal 2). The bert fuser needs ORT's basic
+# constant folding to see Attention and EmbedLayerNormalization's shapes; the others fuse as
+# much at level 0 (bart's one more SkipLayerNormalization). Without shape inference the t5
+# encoder loses SkipSimplifiedLayerNormalization (3 in the zoo's) and gpt-neox RotaryEmbedding:
+# ONNX Runtime's own level-2 fusions make them when it loads the graph.
+FUSION_OPT_LEVEL = {"bert": 1}
 # Contrib ops the fusers emit; fusion applied when the optimized graph has more of them.
 _FUSED_OPS = (
     "Attention",
@@ -105,6 +125,7 @@ _FUSED_OPS = (
     "FusedGemm",
     "MatMulNBits",
 )
+ORT = "ONNX Runtime"
 
 
 def variant_file(component: str, variant: str) -> str:
@@ -112,29 +133,51 @@ def variant_file(component: str, variant: str) -> str:
     return variant_files(component, variant)[0]
 
 
-def optimize(exported: ExportedModel, variants: tuple[str, ...], settings: Settings) -> dict[str, Artifact]:
-    """Build the requested variants of every component; fp32 failing raises, others fail as data."""
+@dataclass
+class _Made:
+    """One variant of one component as its child made it: the graph (None when it could not be made) and how.
+
+    ``details`` holds ``error`` and ``failure_kind`` (and ``traceback`` for a bug of ours) when
+    it could not be made; ``verified`` is verify's ONNX Runtime side, None without references.
+    """
+
+    path: Path | None
+    details: dict[str, Any] = field(default_factory=dict)
+    verified: Verified | None = None
+
+
+def optimize(
+    exported: ExportedModel, variants: tuple[str, ...], settings: Settings, *, check: Check | None = None
+) -> dict[str, Artifact]:
+    """Build the requested variants of every component; fp32 failing raises, the others fail as data.
+
+    ``check`` (verify's ONNX Runtime side, ``verify.check``: no stage imports another) runs on
+    each graph in the child that made it once the job's PyTorch references are computed;
+    without it, or before them, each graph is only loaded in ONNX Runtime.
+    """
     onnx_dir = exported.out_dir / "onnx"
     artifacts = {v: Artifact(variant=v, files={}, details={"components": {}}) for v in variants}
     with tempfile.TemporaryDirectory(dir=onnx_dir, prefix=".optimize-") as scratch:
         for component in exported.components:
-            made = _component(exported, component, variants, settings, Path(scratch))
-            for variant, (path, details) in made.items():
+            made = _component(exported, component, variants, settings, Path(scratch), check)
+            for variant, part in made.items():
                 art = artifacts[variant]
-                art.details["components"][component.name] = details
-                if path is None:
-                    found = details.pop("traceback", None)  # kept on the artifact, not in the recorded details
+                art.details["components"][component.name] = part.details
+                if part.verified is not None:
+                    art.verified[component.name] = part.verified
+                if part.path is None:
+                    found = part.details.pop("traceback", None)  # kept on the artifact, not in the recorded details
                     art.traceback = art.traceback or found
-                    art.details.setdefault("failure_kind", details["failure_kind"])
-                    art.details.setdefault("error", f"{variant} of {component.name}: {details['error']}")
+                    art.details.setdefault("failure_kind", part.details["failure_kind"])
+                    art.details.setdefault("error", f"{variant} of {component.name}: {part.details['error']}")
                 else:
-                    art.files[component.name] = path
+                    art.files[component.name] = part.path
     for art in artifacts.values():
         if "error" in art.details:
             _discard(art)
         _summarize(art)
-        for component, path in art.files.items():
-            for alias in variant_files(component, art.variant)[1:]:
+        for name, path in art.files.items():
+            for alias in variant_files(name, art.variant)[1:]:
                 onnx_graph.link(path, path.with_name(alias))
     return artifacts
 
@@ -147,57 +190,138 @@ def _discard(art: Artifact) -> None:
 
 
 def _component(
-    exported: ExportedModel, component: Component, variants: tuple[str, ...], settings: Settings, scratch: Path
-) -> dict[str, tuple[Path | None, dict[str, Any]]]:
-    """All variants of one graph; the plain export is overwritten last."""
+    exported: ExportedModel,
+    component: Component,
+    variants: tuple[str, ...],
+    settings: Settings,
+    scratch: Path,
+    check: Check | None,
+) -> dict[str, _Made]:
+    """All variants of one graph, each made in its own child; the plain export is replaced last."""
     plain = component.path
     external = onnx_graph.disk_size(plain) > settings.external_data_threshold
-    made: dict[str, tuple[Path | None, dict[str, Any]]] = {}
-    work = scratch / component.name
-    work.mkdir()
+    made: dict[str, _Made] = {}
     final = {v: plain.with_name(variant_file(component.name, v)) for v in variants}
+    work = {v: scratch / component.name / v for v in (*variants, "fp32")}
+    for folder in work.values():
+        folder.mkdir(parents=True, exist_ok=True)
 
-    for variant in ("int8", "uint8"):
+    for variant in ("int8", "uint8", "q4"):
         if variant in variants:
-            made[variant] = _guarded(functools.partial(_int8, plain, work / f"{variant}.onnx", external, variant))
-    if "q4" in variants:
-        made["q4"] = _guarded(lambda: _q4(plain, work / "q4.onnx", external))
+            out = work[variant] / final[variant].name
+            quantize = _quantizer(plain, out, external, variant)
+            make = functools.partial(_checked, exported, component, variant, quantize, settings, check)
+            made[variant] = _guarded(variant, make, settings)
     if "fp32" in variants or "fp16" in variants:
-        t0 = time.perf_counter()
+        out = work["fp32"] / plain.name
         try:
-            optimized, fp32_details = _fp32(exported, component, work, external, settings)
+            fp32 = run_forked(lambda: _fp32(exported, component, out, external, settings, check), timeout_s=settings.timeout_s)
         except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
-            if is_our_bug(exc):
+            if storage_fault(exc) is not None or is_our_bug(exc) or _internal(exc):
                 raise
             raise OptimizeError(f"fp32 of {component.name}: {first_line(exc)}") from exc
-        fp32_details["seconds"] = round(time.perf_counter() - t0, 3)
         if "fp32" in variants:
-            made["fp32"] = (optimized, fp32_details)
+            made["fp32"] = fp32
     if "fp16" in variants:
-        made["fp16"] = _guarded(lambda: _fp16(optimized, plain, fp32_details["method"], work / "fp16.onnx", external))
+        source, method = fp32.path, fp32.details["method"]
+        assert source is not None  # _fp32 always keeps a graph, the plain export at worst
+        out = work["fp16"] / final["fp16"].name
+        made["fp16"] = _guarded(
+            "fp16", lambda: _fp16(exported, component, source, method, out, external, settings, check), settings
+        )
 
     # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
-    placed: dict[str, tuple[Path | None, dict[str, Any]]] = {}
     for variant in variants:
-        path, details = made[variant]
-        placed[variant] = (onnx_graph.move(path, final[variant], external=external) if path else None, details)
-    return placed
+        part = made[variant]
+        if part.path is not None:
+            part.path = onnx_graph.move(part.path, final[variant])
+    if "fp32" not in variants and onnx_graph.data_path(plain).exists() and not external:
+        # No fp32 replaces the plain export: it goes back to the layout loaders expect.
+        run_forked(lambda: onnx_graph.internalize(plain), timeout_s=settings.timeout_s)
+    return made
 
 
-def _guarded(make: Callable[[], tuple[Path, dict[str, Any]]]) -> tuple[Path | None, dict[str, Any]]:
-    """Run one variant's builder; its failure becomes data instead of failing the model."""
+def _quantizer(plain: Path, out: Path, external: bool, variant: str) -> Callable[[], tuple[Path, dict[str, Any]]]:
+    """The builder of one quantized variant of the plain export."""
+    if variant == "q4":
+        return lambda: _q4(plain, out, external)
+    return lambda: _int8(plain, out, external, variant)
+
+
+def _guarded(variant: str, make: Callable[[], _Made], settings: Settings) -> _Made:
+    """Make one variant in a forked child; its failure becomes data instead of failing the model."""
     t0 = time.perf_counter()
     try:
-        path, details = make()
+        part = run_forked(make, timeout_s=settings.timeout_s)
     except Exception as exc:  # noqa: BLE001 - a variant that cannot be made is recorded, not raised
         if storage_fault(exc) is not None:
             raise  # a full disk is no fault of this variant: the whole job is redone
-        kind = FailureKind.INTERNAL if is_our_bug(exc) else FailureKind.OPTIMIZE_ERROR
-        path, details = None, {"error": first_line(exc), "failure_kind": kind.value}
-        if kind is FailureKind.INTERNAL:
-            details["traceback"] = traceback.format_exc()
-    details["seconds"] = round(time.perf_counter() - t0, 3)
-    return path, details
+        internal = is_our_bug(exc) or _internal(exc)
+        kind = FailureKind.INTERNAL if internal else FailureKind.OPTIMIZE_ERROR
+        part = _Made(None, {"error": first_line(exc), "failure_kind": kind.value})
+        if internal:
+            part.details["traceback"] = exc.traceback_text if isinstance(exc, ForkedError) else traceback.format_exc()
+    part.details.setdefault("seconds", round(time.perf_counter() - t0, 3))
+    return part
+
+
+def _internal(exc: BaseException) -> bool:
+    """A child's exception that was a bug of ours there."""
+    return isinstance(exc, ForkedError) and exc.kind is FailureKind.INTERNAL
+
+
+def _checked(
+    exported: ExportedModel,
+    component: Component,
+    variant: str,
+    make: Callable[[], tuple[Path, dict[str, Any]]],
+    settings: Settings,
+    check: Check | None,
+) -> _Made:
+    """In the child: the graph ``make`` writes, opened in ONNX Runtime and checked against PyTorch when possible."""
+    path, details = make()
+    return _Made(path, details, _verified(exported, component, variant, path, settings, check))
+
+
+def _verified(
+    exported: ExportedModel, component: Component, variant: str, path: Path, settings: Settings, check: Check | None
+) -> Verified | None:
+    """verify's checks of one graph, in one session; just the session without references.
+
+    A graph ONNX Runtime cannot load is an OptimizeError (the variant cannot be made); one it
+    loads but cannot run at some input is a Verified with that error.
+    """
+    step(ORT, f"loading {path.name}")
+    if check is None or not exported.cache.references_done:
+        try:
+            ort_session(path, threads=1)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            raise OptimizeError(f"{ORT} cannot load {path.name}: {_last_line(exc)}") from exc
+        return None
+    artifact = Artifact(variant=variant, files={component.name: path})
+    inherited = set(exported.cache.sessions)  # the parent's: never destroyed in a child (forked.py)
+    try:
+        session_for(exported, artifact, component, settings)
+    except VerifyError as exc:
+        raise OptimizeError(f"{ORT} cannot load {path.name}: {_last_line(exc.__cause__ or exc)}") from exc
+    step(ORT, f"running {path.name}")
+    t0 = time.perf_counter()
+    try:
+        return check(exported, artifact, component, settings)
+    except Exception as exc:  # noqa: BLE001 - the variant failed verify: data for the record
+        kind = exc.kind if isinstance(exc, VerifyError) else FailureKind.INTERNAL if is_our_bug(exc) else None
+        if kind is None:
+            raise
+        tb = "".join(traceback.format_exception(exc)) if kind is FailureKind.INTERNAL else None
+        return Verified((), round(time.perf_counter() - t0, 4), first_line(exc), kind.value, tb)
+    finally:
+        for key in set(exported.cache.sessions) - inherited:  # the one session of this graph, closed once checked
+            del exported.cache.sessions[key]
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[-1] if lines else type(exc).__name__
 
 
 def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tuple[Path, dict[str, Any]]:
@@ -225,7 +349,6 @@ def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tupl
     quantized = {op: census[op] for op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if census[op]}
     if not quantized:
         raise OptimizeError("quantize_dynamic quantized no operator")
-    _load(out)
     details: dict[str, Any] = {
         "quantization": "dynamic",
         "per_channel": True,
@@ -256,7 +379,6 @@ def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     census = _census(out)
     if not census["MatMulNBits"]:
         raise OptimizeError("MatMulNBits quantized no MatMul (none has a constant weight)")
-    _load(out)
     return out, {
         "quantization": "weight-only",
         "bits": 4,
@@ -342,82 +464,134 @@ def _after_gelu(tensor: str, producers: dict[str, onnx.NodeProto]) -> bool:
 
 
 def _fp32(
-    exported: ExportedModel,
-    component: Component,
-    work: Path,
-    external: bool,
-    settings: Settings,
-) -> tuple[Path, dict[str, Any]]:
-    """The first candidate that loads and matches the plain export: fusion, ORT offline, unchanged."""
-    if not settings.optimize:
-        return component.path, {
-            "model_type": exported.checkpoint.model_type,
-            "method": "none",
-            "fusion_applied": False,
-            "fused_ops": {},
-            "note": "optimization off (--no-optimize)",
-        }
-    feeds = _feeds(component.path, exported.checkpoint.config)
-    tolerance = settings.tolerances["fp32"].max_abs if "fp32" in settings.tolerances else 1e-4
-    reference = _run(component.path, feeds, settings)
-    before = _census(component.path)
-    notes: list[str] = []
+    exported: ExportedModel, component: Component, out: Path, external: bool, settings: Settings, check: Check | None
+) -> _Made:
+    """In the child: the first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export."""
+    plain = component.path
     model_type = exported.checkpoint.model_type
+    t0 = time.perf_counter()
+    if not settings.optimize:
+        path = _as_final(plain, out, external)
+        unoptimized = {"model_type": model_type, "method": "none", "fusion_applied": False, "fused_ops": {},
+                       "note": "optimization off (--no-optimize)"}  # fmt: skip
+        return _timed(_Made(path, unoptimized, _verified(exported, component, "fp32", path, settings, check)), t0)
+    before = onnx_graph.op_census(component.graph.graph)
     fusion_type = FUSION_TYPES.get(model_type)
     details: dict[str, Any] = {
         "model_type": model_type,
         "optimizer_model_type": fusion_type,
-        "checked_against_plain": reference is not None,
+        "checked_against_pytorch": check is not None and exported.cache.references_done,
     }
+    notes: list[str] = []
+    candidates: list[tuple[str, str, Callable[[], tuple[Path, Counter[str]]]]] = []
     if fusion_type is None:
         notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
     else:
+        level = FUSION_OPT_LEVEL.get(fusion_type, 0)
+        details["fusion_opt_level"] = level
+
+        def fused() -> tuple[Path, Counter[str]]:
+            step("the transformers optimizer", f"fusing {plain.name}")
+            path, details["fused_operator_statistics"], census = _fuse(
+                plain, out, fusion_type, exported.checkpoint.config, external, level
+            )
+            return path, census
+
+        candidates.append(("transformers_optimizer", f"transformers optimizer ({fusion_type})", fused))
+    candidates.append(("ort_offline", "ORT offline optimization", lambda: _ort_offline(plain, out, external)))
+    for method, label, build in candidates:
         try:
-            out, stats = _fuse(component.path, work / "fused.onnx", fusion_type, exported.checkpoint.config, external)
-            details["fused_operator_statistics"] = stats
-            gained = _gained(before, _census(out))
-            if not gained:
-                notes.append(f"transformers optimizer ({fusion_type}) fused nothing")
-            elif (why := _mismatch(reference, _run(out, feeds, settings), tolerance)) is not None:
-                notes.append(f"transformers optimizer ({fusion_type}) output changed: {why}")
-            else:
-                return out, {**details, "method": "transformers_optimizer", "fusion_applied": True, "fused_ops": gained}
-        except Exception as exc:  # noqa: BLE001 - a broken fuser falls back to ORT's own optimizer
-            if is_our_bug(exc):
+            path, census = build()
+        except Exception as exc:  # noqa: BLE001 - a broken optimizer falls back to the next candidate
+            if is_our_bug(exc) or storage_fault(exc) is not None:
                 raise
-            notes.append(f"transformers optimizer ({fusion_type}) failed: {first_line(exc)}")
+            notes.append(f"{label} failed: {first_line(exc)}")
+            continue
+        gained = _gained(before, census)
+        if method == "transformers_optimizer" and not gained:
+            notes.append(f"{label} fused nothing")
+            continue
+        try:
+            verified = _verified(exported, component, "fp32", path, settings, check)
+        except OptimizeError as exc:
+            notes.append(f"{label}: {exc.message}")
+            continue
+        if verified is None or verified.passed:
+            kept = {"method": method, "fusion_applied": method == "transformers_optimizer", "fused_ops": gained}
+            return _timed(_Made(path, {**details, **kept, **_note(notes)}, verified), t0)
+        notes.append(f"{label}: {_mismatch(verified, settings)}")
+    path = _as_final(plain, out, external)
+    verified = _verified(exported, component, "fp32", path, settings, check)
+    return _timed(_Made(path, {**details, "method": "none", "fusion_applied": False, **_note(notes)}, verified), t0)
 
-    out = _ort_offline(component.path, work / "offline.onnx", external)
-    why = _mismatch(reference, _run(out, feeds, settings), tolerance)
-    if why is None:
-        return out, {
-            **details,
-            "method": "ort_offline",
-            "fusion_applied": False,
-            "fused_ops": _gained(before, _census(out)),
-            "note": "; ".join(notes),
-        }
-    notes.append(f"ORT offline optimization output changed: {why}")
-    return component.path, {**details, "method": "none", "fusion_applied": False, "note": "; ".join(notes)}
+
+def _note(notes: list[str]) -> dict[str, str]:
+    return {"note": "; ".join(notes)} if notes else {}
 
 
-def _fuse(plain: Path, out: Path, fusion_type: str, config: dict[str, Any], external: bool) -> tuple[Path, dict]:
-    """The transformers optimizer's Python fusions only (opt_level 0): no hardware-specific ops."""
+def _timed(made: _Made, t0: float) -> _Made:
+    """Seconds spent making it, its checks not included (they are verify's)."""
+    checked = made.verified.seconds if made.verified is not None else 0.0
+    made.details["seconds"] = round(time.perf_counter() - t0 - checked, 3)
+    return made
+
+
+def _mismatch(verified: Verified, settings: Settings) -> str:
+    """Why a candidate's checks failed, in one line: it did not run, or its worst output and the tolerance."""
+    if verified.error is not None:
+        return f"did not run: {verified.error}"
+    worst = max((c for c in verified.checks if not c.passed), key=lambda c: c.max_abs)
+    tol = settings.tolerances["fp32"]
+    return (
+        f"output changed: {worst.output} at {worst.shape}: max abs {worst.max_abs:.3g} (tolerance {tol.max_abs:g}),"
+        f" cosine {worst.cosine:.6f}"
+    )
+
+
+def _as_final(plain: Path, out: Path, external: bool) -> Path:
+    """The plain export in the layout its variant ships in: weights back inside the graph unless the model is big."""
+    if external or not onnx_graph.data_path(plain).exists():
+        return plain
+    step("onnx", f"writing {out.name} with its weights inside")
+    onnx_graph.save(onnx.load(str(plain)), out, external=False)
+    return out
+
+
+def _fuse(
+    plain: Path, out: Path, fusion_type: str, config: dict[str, Any], external: bool, opt_level: int
+) -> tuple[Path, dict[str, int], Counter[str]]:
+    """The transformers optimizer's Python fusions, after ORT's hardware-independent ``opt_level`` (0: none, 1: basic).
+
+    Without ORT's symbolic shape inference, as optimum's ``--optimize`` runs them: it copies
+    the whole model each time a fusion asks (5 times for bert) and keeps the copies.
+    """
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
     heads, hidden = _heads_hidden(config)
+    options = FusionOptions(fusion_type)
+    options.enable_shape_inference = False
     optimizer = optimize_model(
-        str(plain), model_type=fusion_type, num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=False
+        str(plain),
+        model_type=fusion_type,
+        num_heads=heads,
+        hidden_size=hidden,
+        opt_level=opt_level,
+        use_gpu=False,
+        optimization_options=options,
     )
     stats = {op: n for op, n in optimizer.get_fused_operator_statistics().items() if n}
+    census = onnx_graph.op_census(optimizer.model.graph)
+    step("onnx", f"writing {out.name}")
     onnx_graph.save(optimizer.model, out, external=external)
-    return out, stats
+    return out, stats, census
 
 
-def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
+def _ort_offline(plain: Path, out: Path, external: bool) -> tuple[Path, Counter[str]]:
     """ONNX Runtime's own graph optimizations, saved instead of run."""
     import onnxruntime as ort
 
+    step(ORT, f"optimizing {plain.name}")
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     opts.optimized_model_filepath = str(out)
@@ -428,108 +602,74 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> Path:
         opts.add_session_config_entry(
             "session.optimized_model_external_initializers_min_size_in_bytes", str(onnx_graph.EXTERNAL_MIN_BYTES)
         )
+    onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
-    return out
+    return out, _census(out)
 
 
-def _fp16(source: Path, plain: Path, fp32_method: str, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
-    """float16 weights and compute, float32 inputs and outputs so the same feeds work."""
-    if source == plain:  # fp32 is the plain export (--no-optimize, or nothing applied): no second try
+def _fp16(
+    exported: ExportedModel,
+    component: Component,
+    source: Path,
+    fp32_method: str,
+    out: Path,
+    external: bool,
+    settings: Settings,
+    check: Check | None,
+) -> _Made:
+    """In the child: float16 weights and compute, float32 inputs and outputs so the same feeds work; then checked."""
+    plain = component.path
+    if source == plain or fp32_method == "none":  # fp32 is the plain export: no second try
         kept = _save_fp16(plain, out, external)
-        return out, {"source": "plain export", "io": "keep_io_types", "fp32_nodes": kept}
+        details = {"source": "plain export", "io": "keep_io_types", "fp32_nodes": kept}
+        return _Made(out, details, _verified(exported, component, "fp16", out, settings, check))
     try:
         kept = _save_fp16(source, out, external)
-        return out, {"source": f"fp32 ({fp32_method})", "io": "keep_io_types", "fp32_nodes": kept}
+        details = {"source": f"fp32 ({fp32_method})", "io": "keep_io_types", "fp32_nodes": kept}
+        return _Made(out, details, _verified(exported, component, "fp16", out, settings, check))
     except Exception as exc:  # noqa: BLE001 - retried below from the plain export
-        if is_our_bug(exc):
+        if is_our_bug(exc) or storage_fault(exc) is not None:
             raise
         first = first_line(exc)
-    # ORT's converter cannot type ORT-optimized If branches (merged decoders): convert the plain export.
+    # ORT's converter cannot convert ORT-optimized If branches (merged decoders), or ORT cannot
+    # load what it made of them: convert the plain export.
     kept = _save_fp16(plain, out, external)
-    return out, {
-        "source": "plain export",
-        "io": "keep_io_types",
-        "fp32_nodes": kept,
-        "note": f"from the fp32 graph failed: {first}",
-    }
+    retried = {"source": "plain export", "io": "keep_io_types", "fp32_nodes": kept, "note": f"from the fp32 graph failed: {first}"}
+    return _Made(out, retried, _verified(exported, component, "fp16", out, settings, check))
 
 
 def _save_fp16(source: Path, out: Path, external: bool) -> int:
-    """Write the fp16 graph of ``source`` to ``out`` and check it loads; returns how many nodes stayed fp32."""
+    """Write the fp16 graph of ``source`` to ``out``; returns how many nodes stayed fp32."""
+    step("the float16 converter", f"converting {source.name}")
     model, kept = _to_fp16(source)
+    step("onnx", f"writing {out.name}")
     onnx_graph.save(model, out, external=external)
-    _load(out)
     return kept
 
 
 def _to_fp16(source: Path) -> tuple[onnx.ModelProto, int]:
-    """float16 weights and compute, float32 inputs and outputs and index arithmetic kept (see zoo_convert.fp16)."""
+    """float16 weights and compute, float32 inputs and outputs and index arithmetic kept (see zoo_convert.fp16).
+
+    The converter is handed the element types ONNX's shape inference finds on the graph
+    without its weights (:func:`zoo_convert.fp16.annotate_types`), not ORT's symbolic shape
+    inference, which copies the whole model; the converted graph is the same.
+    """
+    from onnxruntime.transformers.float16 import convert_float_to_float16
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     proto = onnx.load(str(source))
     fp16.unshadow_branches(proto.graph)
     keep = fp16.index_arithmetic(proto)
-    model = OnnxModel(proto)
-    # Symbolic shape inference types the contrib ops (Attention, SkipLayerNormalization) the fusers emit.
-    # When it gives up it dumps sym_shape_infer_temp.onnx (+ uuid .data files) into the cwd: keep that out of ours.
-    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
-        model.convert_float_to_float16(use_symbolic_shape_infer=True, keep_io_types=True, node_block_list=keep)
-    return model.model, len(keep)
-
-
-LOAD_TIMEOUT_S = 300.0
-
-
-def _open_session(path: str) -> None:
-    ort_session(Path(path), threads=1)
-
-
-def _load(path: Path, open_session: Callable[[str], None] = _open_session) -> None:
-    """Fail now, not in verify, if ONNX Runtime's CPU kernels cannot load this graph.
-
-    In a forked child: ORT's CPU graph transformers segfault on some fp16 graphs (wavlm),
-    and that must fail this variant, not kill the whole job. A fork inherits the imported
-    onnxruntime (~20 ms, where a fresh interpreter costs ~400 ms per graph); the child
-    touches neither torch nor OpenMP, so forking a process that ran torch is safe here.
-    """
-    import onnxruntime  # noqa: F401 - imported before the fork, so the child pays nothing
-
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report and leave without running any parent cleanup
-        os.close(read)
-        code = 0
-        try:
-            open_session(str(path))
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as text
-            os.write(write, str(exc).strip().encode()[-2000:])
-            code = 1
-        os._exit(code)
-    os.close(write)
-    status = _wait(pid, LOAD_TIMEOUT_S)  # before reading: a hung child never closes the pipe
-    with os.fdopen(read, "rb") as pipe:
-        message = pipe.read().decode(errors="replace")
-    if status is None:
-        raise OptimizeError(f"ONNX Runtime did not load {path.name} within {LOAD_TIMEOUT_S:g} s")
-    if os.WIFSIGNALED(status):
-        raise OptimizeError(f"ONNX Runtime crashed (signal {os.WTERMSIG(status)}) loading {path.name}")
-    if os.WEXITSTATUS(status) != 0:
-        lines = message.splitlines() or [f"exit status {os.WEXITSTATUS(status)}"]
-        raise OptimizeError(f"ONNX Runtime cannot load {path.name}: {lines[-1]}")
-
-
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status, or None after killing it at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(0.005)
+    fp16.annotate_types(proto)
+    converted = OnnxModel(
+        convert_float_to_float16(proto, keep_io_types=True, node_block_list=keep, disable_shape_infer=True)
+    )
+    # What ORT's OnnxModel.convert_float_to_float16 does after converting, on the types the
+    # graph declares: its symbolic shape inference would copy the whole model again.
+    converted.disable_shape_inference()
+    converted.remove_cascaded_cast_nodes()
+    converted.remove_useless_cast_nodes()
+    return converted.model, len(keep)
 
 
 def _heads_hidden(config: dict[str, Any]) -> tuple[int, int]:
@@ -549,81 +689,6 @@ def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int:
         if value is not None:
             return 0  # per-stage lists (swin): width varies, let the fuser detect it
     return 0
-
-
-def _feeds(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Inputs for a plain-vs-candidate check, built from the graph's declared inputs and the config."""
-    rng = np.random.default_rng(0)
-    sizes = _dim_sizes(config)
-    feeds: dict[str, np.ndarray] = {}
-    for inp in onnx_graph.inputs(path):
-        tensor = inp.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else _dim(d.dim_param, sizes) for d in tensor.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        feeds[inp.name] = _values(inp.name, shape, dtype, config, rng)
-    return feeds
-
-
-def _dim_sizes(config: dict[str, Any]) -> dict[str, int]:
-    image = config.get("image_size", 32)
-    image = image[0] if isinstance(image, (list, tuple)) else image
-    return {
-        "batch_size": 2,
-        "num_channels": int(config.get("num_channels", 3)),
-        "height": int(image),
-        "width": int(image),
-        "feature_size": int(config.get("num_mel_bins", config.get("feature_size", 80))),
-    }
-
-
-def _dim(name: str, sizes: dict[str, int]) -> int:
-    """A symbolic dimension's test size; past lengths differ from current ones to catch mix-ups."""
-    if name in sizes:
-        return sizes[name]
-    if "+" in name:  # optimum writes e.g. "past_sequence_length + sequence_length"
-        return sum(_dim(part.strip(), sizes) for part in name.split("+"))
-    if "batch" in name:
-        return 2
-    return 3 if "past" in name else 5
-
-
-def _values(
-    name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: np.random.Generator
-) -> np.ndarray:
-    if dtype == np.bool_:
-        return np.ones(shape, dtype=bool)  # use_cache_branch: take the with-past branch
-    if np.issubdtype(dtype, np.integer):
-        if "mask" in name:
-            return np.ones(shape, dtype=dtype)
-        if "input_ids" in name:
-            return rng.integers(0, min(int(config.get("vocab_size", 100)), 100), shape).astype(dtype)
-        return np.zeros(shape, dtype=dtype)  # token types, positions: 0 is always valid
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def _run(path: Path, feeds: dict[str, np.ndarray], settings: Settings) -> list[np.ndarray] | None:
-    """Outputs of one graph on the feeds; None when the plain graph itself cannot run them."""
-    # Load without further optimization: the check is of the graph as written.
-    session = ort_session(path, threads=settings.threads, optimize=False)
-    try:
-        return session.run(None, feeds)
-    except Exception:  # noqa: BLE001 - generated inputs don't fit every model; then only loading is checked
-        return None
-
-
-def _mismatch(reference: list[np.ndarray] | None, candidate: list[np.ndarray] | None, tolerance: float) -> str | None:
-    """Why a candidate's outputs differ from the plain export's; None when they agree or can't be compared."""
-    if reference is None or candidate is None:
-        return None
-    for i, (ref, got) in enumerate(zip(reference, candidate, strict=True)):
-        if ref.shape != got.shape:
-            return f"output {i} shape {got.shape} != {ref.shape}"
-        if not np.issubdtype(ref.dtype, np.floating):
-            continue
-        worst = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64)), initial=0.0))
-        if not worst <= tolerance:
-            return f"output {i} max abs {worst:.3g} > {tolerance:g}"
-    return None
 
 
 def _census(path: Path) -> Counter[str]:

@@ -10,6 +10,11 @@ merged decoder is checked on both of its branches. A variant that misses its
 tolerance raises :class:`NumericsMismatchError`, which carries every check for
 the record; one that missed it at the long shape only says so (``long inputs only``).
 
+PyTorch's side is computed once per job, right after the export (:func:`references`).
+ONNX Runtime's side (:func:`check`) runs where each variant is made, in the optimize
+stage's forked child, on those memoized references: the child opens the variant's one
+session, and it is gone when the child is. :func:`judge` decides in the job's process.
+
 A check can only fail when the reference can tell a right graph from a wrong one:
 :func:`inconclusive` names the outputs whose PyTorch values are constant, all zero
 or non-finite at every verify input (a tiny MobileViT's logits are exactly 0: every
@@ -19,6 +24,7 @@ inconclusive, never as passed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -28,26 +34,56 @@ from .. import shapes
 from ..errors import NumericsMismatchError, VerifyError, is_our_bug
 from ..records import OutputCheck, Settings, Tolerance
 from ..runtime import Case, cases, feed_for, session_for
-from . import Artifact, Component, ExportedModel
+from . import Artifact, Component, ExportedModel, Verified
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
 
 FP16_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 
+
+def references(exported: ExportedModel, settings: Settings) -> None:
+    """PyTorch's side, once per job: its outputs at every verify shape of every component (memoized).
+
+    Called right after the export, so the torch model can be released as soon as
+    nothing else needs it and the variants are checked in forked children that
+    never run torch.
+    """
+    for _ in _cases(exported, settings):
+        pass
+
+
+def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings: Settings) -> Verified:
+    """ONNX Runtime's side for one component of ``artifact``: every output at every verify shape, against PyTorch.
+
+    Raises VerifyError when ONNX Runtime cannot load the graph or run an input; whether
+    the checks meet the tolerance is :func:`judge`'s call.
+    """
+    tol = _tolerance(settings, artifact.variant)
+    t0 = time.perf_counter()
+    checks: list[OutputCheck] = []
+    for case_comp, case, _ in _cases(exported, settings, only=comp):
+        for name, ort_value in _run_ort(session_for(exported, artifact, case_comp, settings), case, case_comp).items():
+            checks.append(compare(_recorded(exported, case_comp, name), case.label, case.reference[name], ort_value, tol))
+    return Verified(tuple(checks), round(time.perf_counter() - t0, 4))
+
+
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
     """Compare ``artifact`` against PyTorch at every verify shape; NumericsMismatchError when it misses its tolerance."""
-    tol = settings.tolerances.get(artifact.variant)
-    if tol is None:
-        raise VerifyError(f"no tolerance configured for variant {artifact.variant!r}")
-    checks: list[OutputCheck] = []
+    checks = [c for comp in exported.components for c in check(exported, artifact, comp, settings).checks]
+    return judge(exported, artifact, tuple(checks), settings)
+
+
+def judge(exported: ExportedModel, artifact: Artifact, checks: tuple[OutputCheck, ...], settings: Settings) -> tuple[OutputCheck, ...]:
+    """The checks if every one met the variant's tolerance; else NumericsMismatchError naming the worst."""
+    tol = _tolerance(settings, artifact.variant)
     at_long: dict[tuple[str, str], str] = {}  # (output, shape) checked at the long shape -> what its length counts
     peaks: dict[tuple[str, str], float] = {}
     for comp, case, long in _cases(exported, settings):
-        for name, ort_value in _run_ort(session_for(exported, artifact, comp, settings), case, comp).items():
+        for name in case.outputs:
             output = _recorded(exported, comp, name)
-            checks.append(compare(output, case.label, case.reference[name], ort_value, tol))
-            peaks[output, case.label] = _peak(case.reference[name])
+            if name in case.reference:
+                peaks[output, case.label] = _peak(case.reference[name])
             if long:
                 at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
     failed = [c for c in checks if not c.passed]
@@ -57,13 +93,21 @@ def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> t
         if all((c.output, c.shape) in at_long for c in failed):
             long_only = f"{worst.shape} (batch x {at_long[worst.output, worst.shape]})"
         note = ""
-        if artifact.variant == "fp16" and peaks[worst.output, worst.shape] < FP16_SMALLEST_NORMAL:
+        peak = peaks.get((worst.output, worst.shape), np.inf)
+        if artifact.variant == "fp16" and peak < FP16_SMALLEST_NORMAL:
             note = (
-                f"; PyTorch's {worst.output} peaks at |x| = {peaks[worst.output, worst.shape]:.3g}, below"
+                f"; PyTorch's {worst.output} peaks at |x| = {peak:.3g}, below"
                 f" float16's smallest normal value {FP16_SMALLEST_NORMAL:.3g}: fp16 cannot carry these outputs"
             )
-        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=tuple(checks), long_only=long_only, note=note)
-    return tuple(checks)
+        raise NumericsMismatchError(worst=worst, tolerance=tol, checks=checks, long_only=long_only, note=note)
+    return checks
+
+
+def _tolerance(settings: Settings, variant: str) -> Tolerance:
+    tol = settings.tolerances.get(variant)
+    if tol is None:
+        raise VerifyError(f"no tolerance configured for variant {variant!r}")
+    return tol
 
 
 def inconclusive(exported: ExportedModel, settings: Settings) -> str | None:
@@ -98,9 +142,13 @@ def inconclusive(exported: ExportedModel, settings: Settings) -> str | None:
     )
 
 
-def _cases(exported: ExportedModel, settings: Settings) -> Iterator[tuple[Component, Case, bool]]:
+def _cases(
+    exported: ExportedModel, settings: Settings, only: Component | None = None
+) -> Iterator[tuple[Component, Case, bool]]:
     """(component, case, at the long shape) at every verify shape, one case per branch of a merged decoder."""
-    for comp in exported.components:
+    for comp in exported.components if only is None else [only]:
+        if comp.onnx_config is None:
+            raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
         done: set[str] = set()
         for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
             found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)

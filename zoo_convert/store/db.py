@@ -354,6 +354,8 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, ob
         # A variant that failed on its own keeps its traceback in its row; the others show the job's.
         "traceback": v.traceback if v.status == FAILED and v.traceback else result.traceback,
         **{f"{name}_s": _stage_seconds(result, name, v.variant) for name in VARIANT_STAGES},
+        # One benchmark times every variant of the job together: each row shows that one's seconds.
+        "benchmark_s": _stage_seconds(result, "benchmark", v.variant) or _stage_seconds(result, "benchmark"),
         "file": v.file,
         "size_bytes": v.size_bytes,
         "max_abs": v.max_abs,
@@ -365,6 +367,16 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, ob
         "torch_p50_ms": v.torch_p50_ms,
         "torch_p90_ms": v.torch_p90_ms,
         "speedup": v.speedup,
+        "ort_runs": v.ort_runs,
+        "ort_spread": v.ort_spread,
+        "torch_runs": v.torch_runs,
+        "torch_spread": v.torch_spread,
+        "bench_threads": v.bench_threads,
+        "bench_shape": v.bench_shape,
+        "bench_cpu": v.bench_cpu,
+        "bench_load": v.bench_load,
+        "bench_noisy": v.bench_noisy,
+        "bench_note": v.bench_note,
         "optimizer": _json(v.optimizer),
     }
 

@@ -20,7 +20,7 @@ Views (the model identity is source + revision + exporter + requested opset)::
     result_cells      results with a pre-artifact failure counted failed in every default variant
     compat_matrix     model type x opset x variant -> pass rate and inconclusive cells, over latest results
     regressions       a cell that passed and now fails, max error grew tenfold, or ORT p50
-                      latency 20% slower, vs the same variant of the model's previous job
+                      latency 20% slower (neither latency noisy), vs the same variant of the model's previous job
                       (``results.previous_job_seq``, set by the writer)
     failure_signatures latest failures grouped by normalised message (the row's own model type
                       and source replaced too: one cause, one signature)
@@ -307,6 +307,69 @@ GROUP BY ALL;
 """
 
 
+# Latency you can trust (issue 12): each latency's runs, spread (IQR / p50) and conditions
+# (threads, batch x length, CPU model, load average), whether it is noisy and why a verified
+# variant has none. A noisy latency is no evidence of a slowdown: ``slower`` compares two
+# quiet ones. Every view over ``results.*`` is made again (see ``_RESULTS_TIMEOUT``), each as
+# its latest migration left it.
+_LATENCY_CONDITIONS = (
+    """
+ALTER TABLE results ADD COLUMN ort_runs INTEGER;
+ALTER TABLE results ADD COLUMN ort_spread DOUBLE;
+ALTER TABLE results ADD COLUMN torch_runs INTEGER;
+ALTER TABLE results ADD COLUMN torch_spread DOUBLE;
+ALTER TABLE results ADD COLUMN bench_threads INTEGER;
+ALTER TABLE results ADD COLUMN bench_shape VARCHAR;
+ALTER TABLE results ADD COLUMN bench_cpu VARCHAR;
+ALTER TABLE results ADD COLUMN bench_load DOUBLE;
+ALTER TABLE results ADD COLUMN bench_noisy BOOLEAN;
+ALTER TABLE results ADD COLUMN bench_note VARCHAR;
+"""
+    + f"""
+CREATE OR REPLACE VIEW latest_results AS
+SELECT *
+FROM results
+QUALIFY job_seq = max(job_seq) OVER (PARTITION BY source, revision, exporter, opset_requested);
+
+CREATE OR REPLACE VIEW result_cells AS
+SELECT r.* EXCLUDE (variant), coalesce(r.variant, v.variant) AS variant
+FROM results r
+LEFT JOIN (VALUES {VARIANT_VALUES}) v(variant) ON r.variant IS NULL
+WHERE r.failure_kind IS DISTINCT FROM 'manifest_error';
+
+CREATE OR REPLACE VIEW regressions AS
+WITH pairs AS (
+    SELECT c.*, runs.run_seq,
+        p.run_id AS previous_run_id, p.status AS previous_status,
+        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms,
+        p.bench_noisy AS previous_bench_noisy
+    FROM result_cells c
+    JOIN runs USING (run_id)
+    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
+),
+found AS (
+    SELECT *, unnest([
+        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
+        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
+        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
+        CASE WHEN status = 'passed' AND previous_status = 'passed'
+             AND NOT coalesce(bench_noisy, false) AND NOT coalesce(previous_bench_noisy, false)
+             AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
+    ]) AS regression
+    FROM pairs
+)
+SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
+    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
+    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
+    failure_kind, stage, message, job_key
+FROM found
+WHERE regression IS NOT NULL;
+"""
+    + _SIGNATURES_BY_CAUSE
+    + _INCONCLUSIVE_CELLS
+)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -324,6 +387,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "results.timeout_s", _RESULTS_TIMEOUT),
     Migration(6, "signatures by cause", _SIGNATURES_BY_CAUSE),
     Migration(7, "inconclusive cells", _INCONCLUSIVE_CELLS),
+    Migration(8, "latency conditions", _LATENCY_CONDITIONS),
 )
 
 SCHEMA_MIGRATIONS = """

@@ -1,0 +1,72 @@
+"""The model card: every latency figure it shows comes with its conditions; noisy ones are left out."""
+
+from __future__ import annotations
+
+from zoo_convert.publish.candidates import Candidate, VariantRow
+from zoo_convert.publish.card import model_card
+
+CPU = "Intel(R) Xeon(R) Platinum 8480+ (avx512_vnni, amx_int8)"
+
+
+def _row(variant: str, ort_ms: float | None, *, noisy: bool = False, note: str | None = None) -> VariantRow:
+    timed = ort_ms is not None
+    return VariantRow(
+        variant=variant,
+        status="passed",
+        file=f"onnx/model_{variant}.onnx",
+        size_bytes=1_000_000,
+        max_abs=1e-6,
+        min_cosine=0.99999,
+        ort_p50_ms=ort_ms,
+        torch_p50_ms=20.0 if timed else None,
+        speedup=20.0 / ort_ms if ort_ms else None,
+        ort_runs=20 if timed else None,
+        ort_spread=(0.42 if noisy else 0.03) if timed else None,
+        torch_runs=20 if timed else None,
+        torch_spread=0.04 if timed else None,
+        bench_threads=1,
+        bench_shape="1x128",
+        bench_cpu=CPU,
+        bench_load=0.5,
+        bench_noisy=noisy,
+        bench_note=note,
+    )
+
+
+def test_the_card_states_the_conditions_of_each_latency_and_leaves_noisy_ones_out() -> None:
+    candidate = Candidate(
+        run_id="r",
+        job_key="k",
+        source="org/model",
+        revision=None,
+        resolved_revision="abc",
+        task="feature-extraction",
+        model_type="bert",
+        exporter="optimum",
+        opset=17,
+        job_status="passed",
+        artifacts_dir=None,
+        variants=(
+            _row("fp32", 10.0),
+            _row("fp16", 37.9, noisy=True),
+            _row("int8", None, note="not timed: RuntimeError: no kernel"),
+        ),
+    )
+    card = model_card(candidate, "org/model-onnx")
+    table = {line.split("|")[1].strip(): line for line in card.splitlines() if line.startswith("| fp")}
+    table.update({line.split("|")[1].strip(): line for line in card.splitlines() if line.startswith("| int8")})
+    assert "| 10.00 ms | 20.00 ms | 2.00x |" in table["fp32"]
+    assert "37.90" not in card and "0.53x" not in card, "a noisy figure is never shown"
+    assert "| - | - | - |" in table["fp16"] and "| - | - | - |" in table["int8"]
+    conditions = card[card.index("Latency conditions") :]
+    assert f"- fp32: batch x length 1x128, 1 thread, {CPU}, load average 0.50, ORT 20 runs, spread 3%" in conditions
+    assert "- fp16: latency left out, measured under noise (" in conditions and "spread 42%" in conditions
+    assert "- int8: no latency (not timed: RuntimeError: no kernel)." in conditions
+
+
+def test_a_card_without_latency_has_no_conditions_section() -> None:
+    candidate = Candidate(run_id="r", job_key="k", source="org/model", revision=None, resolved_revision="abc",
+                          task="feature-extraction", model_type="bert", exporter="optimum", opset=17,
+                          job_status="passed", artifacts_dir=None,
+                          variants=(VariantRow(variant="fp32", status="passed", file="onnx/model.onnx"),))  # fmt: skip
+    assert "Latency conditions" not in model_card(candidate, "org/model-onnx")

@@ -1,0 +1,181 @@
+"""One function in a short-lived forked child: its result comes back, its memory and its crashes do not.
+
+The optimize stage makes every variant this way. Each ONNX transformation (fusion,
+float16, quantization) holds transient copies of a model that no garbage collection
+gives back to the system, and ONNX Runtime can segfault loading or running a graph
+(wavlm's fp16): in a child, the job's process stays at its own size between
+variants and a crash fails one variant instead of the whole job.
+
+Forking a process that has run torch is safe only while the child touches neither
+torch nor its OpenMP pool (a fork inherits the pool's locks, not its threads). The
+children here run onnx, onnxruntime (its own thread pools, created in the child)
+and numpy on memoized inputs; ``runtime.cases`` refuses to run a PyTorch forward
+once the job's references are computed. Nor may a child destroy what it inherited
+with threads behind it (an ONNX Runtime session of the parent): it freezes the
+garbage collector's view of the parent's objects first, and closes only the
+sessions it opened. tests/stages/test_optimize.py forks such a
+child after torch has run a multi-threaded op and checks it finishes.
+
+The child reports what it is doing (:func:`step`), so a crash says where it died;
+an exception it raises comes back with its kind, first line and traceback
+(:class:`~zoo_convert.errors.ForkedError`); a full disk comes back as the OSError it was.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import TypeVar
+
+from .errors import FailureKind, ForkedError, OptimizeError, ZooConvertError, first_line, is_our_bug, storage_fault
+
+T = TypeVar("T")
+
+_PR_SET_PDEATHSIG = 1
+_HEADER = struct.Struct("!cI")  # message type, payload length
+_STEP, _RESULT, _RAISED = b"s", b"r", b"x"
+# Where the child writes its reports; None in a process that is not such a child.
+_report_fd: int | None = None
+
+
+def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:
+    """``fn()`` in a forked child: its return value (pickled back), or what it raised, re-raised here.
+
+    A child killed by a signal or past ``timeout_s`` raises OptimizeError naming the
+    last :func:`step` it reported ("ONNX Runtime crashed (signal 11) loading model_fp16.onnx").
+    """
+    import onnxruntime  # noqa: F401 - imported before the fork, so no child pays for it (nor imports under a fork)
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running any of the parent's cleanup
+        os.close(read)
+        _child(fn, write)
+    os.close(write)
+    messages, status = _collect(pid, read, timeout_s)
+    last_step = next((body for kind, body in reversed(messages) if kind == _STEP), None)
+    for kind, body in messages:
+        if kind == _RESULT:
+            result: T = pickle.loads(body)
+            return result
+        if kind == _RAISED:
+            raise _reraised(pickle.loads(body))
+    doing = pickle.loads(last_step) if last_step is not None else ("the child", "starting")
+    if status is None:
+        raise OptimizeError(f"{doing[0]} did not finish {doing[1]} within {timeout_s:g} s")
+    if os.WIFSIGNALED(status):
+        raise OptimizeError(f"{doing[0]} crashed (signal {os.WTERMSIG(status)}) {doing[1]}")
+    raise OptimizeError(f"{doing[0]} exited with status {os.WEXITSTATUS(status)} {doing[1]}")
+
+
+def step(actor: str, doing: str) -> None:
+    """Say what the child does now (``step("ONNX Runtime", "loading model_fp16.onnx")``); a no-op outside a child."""
+    if _report_fd is not None:
+        _send(_report_fd, _STEP, pickle.dumps((actor, doing)))
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent goes (a killed job takes its children along)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+
+
+def _child(fn: Callable[[], T], write: int) -> None:
+    global _report_fd
+    # Never collect what the parent left: an inherited ONNX Runtime session (or a torch object)
+    # in a garbage cycle would be destroyed here, waiting forever on thread-pool condition
+    # variables whose threads did not cross the fork (seen: a session collected mid-import).
+    gc.freeze()
+    _report_fd = write
+    die_with_parent()
+    try:
+        try:
+            _send(write, _RESULT, pickle.dumps(fn()))
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+            _send(write, _RAISED, pickle.dumps(_described(exc)))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _described(exc: BaseException) -> dict[str, object]:
+    """What the parent needs to raise the same failure: kind, one line, the traceback, a storage errno."""
+    fault = storage_fault(exc)
+    if fault is not None:
+        return {"errno": fault.errno, "message": str(fault.strerror or fault)}
+    kind = exc.kind if isinstance(exc, ZooConvertError) else FailureKind.INTERNAL if is_our_bug(exc) else None
+    return {
+        "kind": kind.value if kind is not None else None,
+        "message": first_line(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def _reraised(described: dict[str, object]) -> BaseException:
+    if "errno" in described:
+        return OSError(described["errno"], described["message"])
+    kind = described["kind"]
+    return ForkedError(
+        str(described["message"]),
+        kind=FailureKind(kind) if isinstance(kind, str) else None,
+        traceback_text=str(described["traceback"]),
+    )
+
+
+def _send(fd: int, kind: bytes, body: bytes) -> None:
+    data = _HEADER.pack(kind, len(body)) + body
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _collect(pid: int, fd: int, timeout_s: float) -> tuple[list[tuple[bytes, bytes]], int | None]:
+    """Every message the child sends, read as it comes (a big result must not fill the pipe), and its wait status.
+
+    The status is None when the child was killed at the timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return _split(buffer), None
+            ready, _, _ = select.select([pipe], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = pipe.read(1 << 20)
+            if not chunk:  # the child closed its end: it exited or died
+                break
+            buffer += chunk
+    _, status = os.waitpid(pid, 0)
+    return _split(buffer), status
+
+
+def _split(buffer: bytes) -> list[tuple[bytes, bytes]]:
+    messages = []
+    at = 0
+    while at + _HEADER.size <= len(buffer):
+        kind, size = _HEADER.unpack_from(buffer, at)
+        body = buffer[at + _HEADER.size : at + _HEADER.size + size]
+        if len(body) < size:
+            break  # cut short by a crash
+        messages.append((kind, body))
+        at += _HEADER.size + size
+    return messages
