@@ -274,13 +274,13 @@ def test_a_bug_of_ours_is_internal_with_its_traceback(
 def test_a_bug_of_ours_while_making_a_variant_fails_that_variant_as_internal(
     zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("zoo_convert.stages.optimize._GELU_HOPS", None)  # range(None) in our int8 code
+    monkeypatch.setattr("zoo_convert.quantize.BLOCK_BYTES", None)  # None // int in our int8 code
     entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
     result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, **FAST))
     assert result.passed, result.message  # fp32 decides; the broken int8 fails alone
     int8 = result.variant("int8")
     assert (int8.status, int8.failure_kind) == ("failed", "internal")
-    assert int8.message.startswith("int8 of model: TypeError: ") and "_after_gelu" in int8.traceback
+    assert int8.message.startswith("int8 of model: TypeError: ") and "in blocks" in int8.traceback
     assert "traceback" not in int8.optimizer and "traceback" not in int8.optimizer["components"]["model"]
 
 

@@ -26,7 +26,8 @@ from zoo_convert.quantize import (
 )
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Checkpoint
-from zoo_convert.stages.optimize import _feeds
+
+from graph_feeds import feeds as graph_feeds
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -104,7 +105,7 @@ def test_same_graph_and_weights_as_quantize_dynamic(
             assert np.array_equal(mine[key], ref[key]), key
         # No float copy of a quantized weight stays behind.
         assert {k for k, v in mine.items() if v.dtype == np.float32} == {k for k, v in ref.items() if v.dtype == np.float32}
-        feeds = _feeds(src, config)
+        feeds = graph_feeds(src, config)
         for a, b in zip(_run(ours, feeds), _run(theirs, feeds), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
@@ -126,7 +127,7 @@ def test_activation_matmuls_as_quantize_dynamic_without_const_b_only(
         census = onnx_graph.op_census(onnx.load(str(ours)).graph)
         assert census == onnx_graph.op_census(onnx.load(str(theirs)).graph), src.name
         assert done.ops["MatMulInteger"] > plain.ops["MatMulInteger"] and census["MatMul"] == 0, src.name
-        feeds = _feeds(src, config)
+        feeds = graph_feeds(src, config)
         for a, b in zip(_run(ours, feeds), _run(theirs, feeds), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
@@ -185,7 +186,7 @@ def test_excluded_and_external(exported: dict[str, tuple[list[Path], dict[str, o
     assert gelu <= {n.name for n in graph.node if n.op_type == "MatMul"}
     floats = {t.name for t in graph.initializer if t.data_type == TensorProto.FLOAT}
     assert all(n.input[0] in floats for n in graph.node if n.name in tables)
-    feeds = _feeds(src, config)
+    feeds = graph_feeds(src, config)
     for a, b in zip(_run(tmp_path / "ours.onnx", feeds), _run(tmp_path / "ort.onnx", feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 

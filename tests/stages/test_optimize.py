@@ -25,6 +25,8 @@ from zoo_convert.forked import run_forked, step
 from zoo_convert.stages.optimize import _verified, optimize
 from zoo_convert.stages.verify import verify
 
+from graph_feeds import feeds as _feeds
+
 pytestmark = pytest.mark.timeout(300)
 
 VARIANTS = ("fp32", "fp16", "int8")
@@ -103,56 +105,6 @@ def _exported(src: Path, out: Path, components: tuple[str, ...] = ("model",), mo
         node_count=0,
         op_census={},
     )
-
-
-def _feeds(path: Path, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Inputs that fit a graph's declared inputs, built from the config: to compare two graphs of one model."""
-    rng = np.random.default_rng(0)
-    sizes = _dim_sizes(config)
-    feeds: dict[str, np.ndarray] = {}
-    for inp in onnx_graph.fed_inputs(onnx_graph.load(path).graph):
-        tensor = inp.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else _dim(d.dim_param, sizes) for d in tensor.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        feeds[inp.name] = _values(inp.name, shape, dtype, config, rng)
-    return feeds
-
-
-def _dim_sizes(config: dict[str, Any]) -> dict[str, int]:
-    image = config.get("image_size", 32)
-    image = image[0] if isinstance(image, (list, tuple)) else image
-    return {
-        "batch_size": 2,
-        "num_channels": int(config.get("num_channels", 3)),
-        "height": int(image),
-        "width": int(image),
-        "feature_size": int(config.get("num_mel_bins", config.get("feature_size", 80))),
-    }
-
-
-def _dim(name: str, sizes: dict[str, int]) -> int:
-    """A symbolic dimension's test size; past lengths differ from current ones to catch mix-ups."""
-    if name in sizes:
-        return sizes[name]
-    if "+" in name:  # optimum writes e.g. "past_sequence_length + sequence_length"
-        return sum(_dim(part.strip(), sizes) for part in name.split("+"))
-    if "batch" in name:
-        return 2
-    return 3 if "past" in name else 5
-
-
-def _values(
-    name: str, shape: list[int], dtype: np.dtype, config: dict[str, Any], rng: np.random.Generator
-) -> np.ndarray:
-    if dtype == np.bool_:
-        return np.ones(shape, dtype=bool)  # use_cache_branch: take the with-past branch
-    if np.issubdtype(dtype, np.integer):
-        if "mask" in name:
-            return np.ones(shape, dtype=dtype)
-        if "input_ids" in name:
-            return rng.integers(0, min(int(config.get("vocab_size", 100)), 100), shape).astype(dtype)
-        return np.zeros(shape, dtype=dtype)  # token types, positions: 0 is always valid
-    return rng.standard_normal(shape).astype(dtype)
 
 
 def _census(path: Path) -> Counter[str]:
@@ -293,7 +245,7 @@ def test_bert_int8_is_quantized_from_the_plain_export(bert_variants, exports) ->
     int8 = artifacts["int8"]
     ops = _census(int8.files["model"])
     assert ops["DynamicQuantizeLinear"] > 0 and ops["MatMulInteger"] > 0
-    assert ops["Attention"] == 0  # made before fusion: quantize_dynamic breaks on fused graphs
+    assert ops["Attention"] == 0  # made from the plain export: fusion leaves no MatMul to quantize
     assert int8.details["components"]["model"]["per_channel"] is True
     # At this size per-channel scales outweigh the bytes saved, so compare the weights' types, not file sizes.
     assert _float32_bytes(int8.files["model"]) < _float32_bytes(artifacts["fp32"].files["model"]) / 2
@@ -302,17 +254,20 @@ def test_bert_int8_is_quantized_from_the_plain_export(bert_variants, exports) ->
     assert _cosine(_outputs(int8.files["model"], feeds), _outputs(plain, feeds)) > 0.99
 
 
-def test_bert_int8_keeps_the_matmuls_after_gelu_float(bert_variants) -> None:
-    """The FFN down-projections read GELU's heavy-tailed output: only they stay float32."""
+def test_bert_int8_quantizes_every_weighted_matmul_and_keeps_the_embeddings_float(bert_variants) -> None:
+    """Per-channel int8 of every MatMul with a weight; the embedding tables stay float32."""
     _, artifacts = bert_variants
     int8 = artifacts["int8"]
     graph = onnx.load(str(int8.files["model"])).graph
     weights = {t.name for t in graph.initializer}
-    float_matmuls = sorted(n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights)
-    assert float_matmuls == ["/encoder/layer.0/output/dense/MatMul", "/encoder/layer.1/output/dense/MatMul"]
-    assert int8.details["components"]["model"]["float32_matmuls"] == 2
-    # Q, K, V, attention output and FFN up-projection of both layers are still int8.
-    assert int8.details["components"]["model"]["quantized_ops"]["MatMulInteger"] == 10
+    assert not [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    part = int8.details["components"]["model"]
+    # Q, K, V, attention output, FFN up- and down-projection of both layers.
+    assert part["quantized_ops"]["MatMulInteger"] == 12
+    assert part["float32_matmuls"] == 4  # the attention scores and context: two activations each
+    embeddings = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in weights]
+    assert embeddings and all(graph.initializer[[t.name for t in graph.initializer].index(n.input[0])].data_type
+                              == onnx.TensorProto.FLOAT for n in embeddings)
 
 
 def test_no_optimize_keeps_the_plain_export_as_fp32(exports, tmp_path: Path) -> None:
@@ -394,7 +349,9 @@ def test_a_variant_that_cannot_be_made_is_data(tmp_path: Path, exports) -> None:
     exported.components.append(Component(name="head", path=head))
     artifacts = optimize(exported, VARIANTS, Settings())
     assert artifacts["int8"].files == {}
-    assert artifacts["int8"].details["error"] == "int8 of head: quantize_dynamic quantized no operator"
+    assert artifacts["int8"].details["error"] == (
+        "int8 of head: nothing to quantize: no MatMul, Gemm or Conv with a constant float32 weight"
+    )
     assert artifacts["int8"].details["failure_kind"] == "optimize_error"
     assert not list((tmp_path / "onnx").glob("*_quantized.onnx"))  # no half-made variant left behind
     assert not list((tmp_path / "onnx").glob("*_int8.onnx"))

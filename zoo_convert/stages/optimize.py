@@ -2,11 +2,12 @@
 
 Per component, in this order (it matters):
 
-1. int8  ``quantize_dynamic`` (per-channel QInt8) on the PLAIN export: it fails on
-         a graph already run through the transformers optimizer. Convs whose weight is
-         computed (weight norm: wav2vec2's positional conv) stay float32, and so do the
-         MatMuls that read a GELU's output (FFN down-projections): see ``_GELU_OPS``.
-         uint8 is the same with QUInt8 weights.
+1. int8  dynamic quantization of the PLAIN export (a fused graph has no MatMuls left to
+         quantize), streamed one weight at a time by :mod:`zoo_convert.quantize` (ORT's
+         ``quantize_dynamic`` holds the model about three times): every MatMul, Gemm and Conv
+         with a constant float32 weight, int8 per output channel; the embedding lookups and
+         Convs whose weight is computed (weight norm: wav2vec2's positional conv) stay float32.
+         uint8 is the same with unsigned weights.
    q4    4-bit block-wise weight-only quantization of the plain export's MatMuls
          (``MatMulNBits``), as transformers.js's ``q4``: see :func:`_q4`.
 2. fp32  the first candidate that loads, runs and matches PyTorch (verify's own checks):
@@ -325,38 +326,34 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tuple[Path, dict[str, Any]]:
-    """Dynamic 8-bit quantization of the plain export (per-channel: ~0.99 vs ~0.95 cosine per-tensor).
+    """Dynamic 8-bit quantization of the plain export, streamed one weight at a time (:mod:`zoo_convert.quantize`).
 
-    int8 has signed weights, uint8 unsigned ones; activations are uint8 in both (dynamic quantization has no other).
+    Every MatMul with a constant weight, per output channel (all-MiniLM-L6-v2 on real text:
+    cosine 0.990 vs optimum's ``--avx512_vnni`` per-tensor 0.921, at its latency); the
+    embedding lookups stay float. int8 has signed weights, uint8 unsigned ones; activations
+    are uint8 in both (dynamic quantization has no other).
     """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from ..quantize import default_exclude, load_lazily, quantize
 
-    weight_type = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[variant]
-    graph = onnx_graph.load(plain).graph
-    computed = _computed_weight_convs(graph)
-    post_gelu = _post_gelu_matmuls(graph)
-    quantize_dynamic(
+    done = quantize(
         plain,
         out,
+        weight_type="uint8" if variant == "uint8" else "int8",
         per_channel=True,
-        weight_type=weight_type,
-        nodes_to_exclude=computed + post_gelu,
-        use_external_data_format=external,
-        # Merged decoders keep their layers inside If branches.
-        extra_options={"EnableSubgraph": True},
+        exclude=default_exclude(load_lazily(plain)),
+        external=external,
     )
-    census = _census(out)
-    quantized = {op: census[op] for op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if census[op]}
+    quantized = {op: n for op, n in done.ops.items() if op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") and n}
     if not quantized:
-        raise OptimizeError("quantize_dynamic quantized no operator")
+        raise OptimizeError("nothing to quantize: no MatMul, Gemm or Conv with a constant float32 weight")
     details: dict[str, Any] = {
         "quantization": "dynamic",
         "per_channel": True,
-        "weight_type": weight_type.name,
+        "weight_type": "QUInt8" if variant == "uint8" else "QInt8",
         "quantized_ops": quantized,
-        "float32_matmuls": len(post_gelu),
+        "float32_matmuls": done.float_matmuls,
     }
-    return out, {**details, "float32_convs": computed} if computed else details
+    return out, {**details, "float32_convs": done.float_convs} if done.float_convs else details
 
 
 # transformers.js's q4 (its scripts/quantize.py): symmetric blocks of 32 weights, ORT's default accuracy level.
@@ -414,53 +411,6 @@ def _quiet_root() -> Iterator[None]:
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
-
-
-def _computed_weight_convs(graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> list[str]:
-    """Convs whose weight is computed, not stored: the quantizer needs it as an initializer."""
-    stored = outer | {t.name for t in graph.initializer}
-    names = []
-    for node in graph.node:
-        if node.op_type in ("Conv", "ConvTranspose") and node.input[1] not in stored:
-            names.append(node.name)
-        for _, sub in onnx_graph.subgraphs(node):
-            names.extend(_computed_weight_convs(sub, stored))
-    return names
-
-
-# Activations whose output distribution is heavy-tailed: a long positive tail and a pile-up
-# just below zero. One dynamic scale per tensor spends the int8 range on the tail and rounds
-# most values to a few levels, so the MatMul reading them (a transformer's FFN down-projection)
-# loses the most accuracy (all-MiniLM-L6-v2: token cosine 0.9896 quantized, 0.9941 float).
-_GELU_OPS = frozenset({"Gelu", "FastGelu", "BiasGelu", "Erf", "Tanh"})  # Erf: exact GELU, Tanh: gelu_new
-# Walked through back from a MatMul: the elementwise ops a decomposed GELU is spelled with
-# (x * 0.5 * (1 + erf(x / sqrt 2))) and a GLU's gate product; six hops reach the Erf of a
-# gated GELU (modernbert, gemma). Gemm is not looked at: dynamic quantization leaves it float.
-_PASS_THROUGH = frozenset({"Mul", "Add", "Div", "Cast"})
-_GELU_HOPS = 6
-
-
-def _post_gelu_matmuls(graph: onnx.GraphProto, outer: dict[str, onnx.NodeProto] | None = None) -> list[str]:
-    """MatMul nodes whose activation input comes from a GELU, in this graph and its branches."""
-    producers = {**(outer or {}), **{o: node for node in graph.node for o in node.output}}
-    names = []
-    for node in graph.node:
-        if node.op_type == "MatMul" and _after_gelu(node.input[0], producers):
-            names.append(node.name)
-        for _, sub in onnx_graph.subgraphs(node):
-            names.extend(_post_gelu_matmuls(sub, producers))
-    return names
-
-
-def _after_gelu(tensor: str, producers: dict[str, onnx.NodeProto]) -> bool:
-    """Whether a GELU op is found walking back from a tensor through a few elementwise ops."""
-    frontier = [tensor]
-    for _ in range(_GELU_HOPS):
-        nodes = [producers[t] for t in frontier if t in producers]
-        if any(n.op_type in _GELU_OPS for n in nodes):
-            return True
-        frontier = [t for n in nodes if n.op_type in _PASS_THROUGH for t in n.input]
-    return False
 
 
 def _fp32(
