@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .errors import FailureKind, FetchError, NumericsMismatchError, ZooConvertError, first_line, storage_fault
 from .records import (
@@ -245,13 +246,13 @@ class _Run:
         self.started_at = _now()
         self.stages: list[StageResult] = []
         self.variants: list[VariantResult] = []
-        self.facts: dict = {}
-        self.failure: dict = {}
+        self.facts: dict[str, Any] = {}
+        self.failure: dict[str, Any] = {}
         self._current = "fetch"
 
     @contextlib.contextmanager
-    def stage(self, name: str, **labels: str) -> Iterator[dict]:
-        details: dict = dict(labels)
+    def stage(self, name: str, **labels: str) -> Iterator[dict[str, Any]]:
+        details: dict[str, Any] = dict(labels)
         self._current = name
         if self.on_stage is not None:
             self.on_stage(name + "".join(f"[{v}]" for v in labels.values()))
@@ -350,10 +351,10 @@ def quiet_libraries() -> None:
 
     disable_progress_bars()  # a download's bars would land between our own lines
     try:
-        import torch.jit
+        from torch.jit._trace import TracerWarning  # torch.jit re-exports it without marking it public
 
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-    except (ImportError, AttributeError):
+        warnings.filterwarnings("ignore", category=TracerWarning)
+    except ImportError:
         pass
 
 

@@ -253,7 +253,7 @@ def _clamp_sequence(config: OnnxConfig, seq: int) -> int:
     ]
     if not limits:
         return seq
-    limit = min(limits) // (2 if getattr(config, "use_past_in_inputs", False) else 1)
+    limit = int(min(limits)) // (2 if getattr(config, "use_past_in_inputs", False) else 1)
     return max(1, min(seq, limit))
 
 

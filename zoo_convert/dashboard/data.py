@@ -8,6 +8,7 @@ from a separate chunk file only when it is opened.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -224,7 +225,7 @@ def collect(con: Con, timer: Callable[[str, float], None] | None = None) -> dict
     # A literal run_seq lets DuckDB filter early; a scalar subquery there costs 50% more.
     (latest_seq,) = con.execute("SELECT coalesce(max(run_seq), 0) FROM runs").fetchall()[0]
     for name, sql in {**QUERIES, **DETAIL_QUERIES}.items():
-        data[name] = _timed(name, lambda sql=sql: _records(con, sql), timer)
+        data[name] = _timed(name, functools.partial(_records, con, sql), timer)
     data["regressions"] = _timed("regressions", lambda: regression_rows(con, latest_seq, latest_seq,
                                                                           limit=MAX_REGRESSIONS), timer)
     data["headline"] = data["headline"][0]

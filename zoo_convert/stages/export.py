@@ -111,7 +111,7 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     import optimum.exporters.onnx.model_configs  # noqa: F401 - registers the ONNX configs with the TasksManager
     from optimum.exporters.tasks import TasksManager
 
-    task = TasksManager.map_from_synonym(ckpt.task)
+    task: str = TasksManager.map_from_synonym(ckpt.task)
     if ckpt.library != "transformers":
         # optimum keys other libraries by its own model types ("transformer" for
         # sentence-transformers); as in main_export, their support shows at load time.
@@ -164,13 +164,13 @@ def _tokenizer_pad_id(ckpt: Checkpoint) -> int:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad: int | None = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     if pad is None:
         raise ExportError("text-classification export needs a pad_token_id and the tokenizer has none")
     return pad
 
 
-def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
+def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict[str, Any]]:
     """optimum-onnx's submodel split, export and post-processing (decoder merge), keeping the configs.
 
     This is the body of ``onnx_export_from_model`` minus config saving and
@@ -226,7 +226,7 @@ def _submodels(ckpt: Checkpoint, model: Any, task: str) -> tuple[Any, dict[str, 
 
     TasksManager.standardize_model_attributes(model)
     preprocessors = maybe_load_preprocessors(str(ckpt.path), trust_remote_code=ckpt.trust_remote_code)
-    return _get_submodels_and_onnx_configs(
+    submodels: tuple[Any, dict[str, tuple[Any, Any]]] = _get_submodels_and_onnx_configs(
         model=model,
         task=task,
         monolith=False,
@@ -236,9 +236,10 @@ def _submodels(ckpt: Checkpoint, model: Any, task: str) -> tuple[Any, dict[str, 
         library_name=ckpt.library,
         preprocessors=preprocessors,
     )
+    return submodels
 
 
-def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict]:
+def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict[str, Any]]:
     """``torch.onnx.export(dynamo=True)`` of single-graph models, with optimum's inputs and axes.
 
     Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
@@ -280,6 +281,8 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             opset_version=opset,
             external_data=False,
         )
+    if program is None:  # only with dynamo=False, which is not asked for
+        raise ExportError("torch.onnx.export returned no ONNX program")
     program.save(str(path), external_data=False)
     _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
     component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
@@ -308,6 +311,8 @@ def _param_bytes(components: list[Component]) -> int:
     seen: set[int] = set()
     total = 0
     for comp in components:
+        if comp.torch_module is None:
+            continue
         for p in comp.torch_module.parameters():
             if id(p) not in seen:
                 seen.add(id(p))
@@ -343,7 +348,7 @@ def _umask() -> int:
     return 0o022
 
 
-def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict) -> ExportedModel:
+def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], details: dict[str, Any]) -> ExportedModel:
     """Read opset, IR version, node count and op census from the written graphs."""
     census: Counter[str] = Counter()
     opset = ir_version = 0

@@ -228,7 +228,7 @@ def _short(revision: str | None) -> str:
     return revision.removeprefix("sha256:")[:10]
 
 
-def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str], list[tuple]]:
+def regressions(store: ResultStore, since: str | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Regressions in the runs after ``since`` (a run name, id or date), or in the latest run when it is None."""
     if since is None:
         _, rows = query(store, "SELECT coalesce(max(run_seq), 0) FROM runs")
