@@ -59,10 +59,14 @@ def cluster() -> Iterator[Cluster]:
 
 
 class KillNodeWhileBusy(Progress):
-    """Removes a worker node (SIGKILL, no drain) once two jobs run at the same time, then lets the jobs go on.
+    """Removes a worker node (SIGKILL, no drain) once two jobs run at the same time; lets the jobs go on
+    once the driver has seen the lost one.
 
     Each node has one CPU, so two running jobs (two markers of held_convert) are one per
-    node, and neither can finish before the kill (``go``): the kill lands mid-job.
+    node, and neither can finish before ``go``: the kill lands mid-job. ``go`` waits for the
+    driver's retry because the held job runs in the machine's fork server, which outlives
+    the node: let go at once, it could finish and hand its result over before the killed
+    worker is noticed, and no job would have been lost.
     """
 
     def __init__(self, cluster: Cluster, out_dir: Path) -> None:
@@ -75,6 +79,7 @@ class KillNodeWhileBusy(Progress):
         if not self.killed and len(list(self.markers.glob("*"))) >= 2:
             self.cluster.remove_node(list(self.cluster.worker_nodes)[-1], allow_graceful=False)
             self.killed = True
+        if self.killed and report.retries >= 1 and not self.go.exists():
             self.go.touch()
 
 
