@@ -50,6 +50,7 @@ def test_drill_down_shows_outputs_census_and_latencies_of_the_real_model(browser
     browser.wait_for("document.querySelectorAll('#drill h3').length >= 3")
     drill = browser.eval("document.querySelector('#drill').textContent")
     assert "Per-output errors" in drill and "MatMul" in drill and "ORT p50/p90 ms" in drill
+    assert "latency conditions" in drill and "thread(s) · 1x" in drill  # how each latency was taken
     assert browser.eval("document.querySelectorAll('#drill .ops span').length") > 3
     assert browser.errors == []
 

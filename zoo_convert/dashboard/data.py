@@ -45,7 +45,8 @@ WITH jobs AS (
         min(message) AS any_message,
         map_from_entries(list(struct_pack(k := variant, v := status)) FILTER (WHERE variant IS NOT NULL)) AS variants,
         any_value(max_abs) FILTER (WHERE variant = 'fp32') AS max_abs,
-        any_value(speedup) FILTER (WHERE variant = 'fp32') AS speedup,
+        -- a noisy latency says nothing of the speedup: the table leaves it blank, the drill-down says why
+        any_value(speedup) FILTER (WHERE variant = 'fp32' AND NOT coalesce(bench_noisy, false)) AS speedup,
         any_value(ort_p50_ms) FILTER (WHERE variant = 'fp32') AS ort_p50_ms
     FROM latest_results
     WHERE failure_kind IS DISTINCT FROM 'manifest_error'
@@ -156,7 +157,8 @@ DETAIL_QUERIES: dict[str, str] = {
     "detail_variants": f"""
         SELECT m.id, r.variant, r.status, r.failure_kind, r.stage, r.message, r.max_abs, r.max_rel, r.min_cosine,
             r.ort_p50_ms, r.ort_p90_ms, r.torch_p50_ms, r.torch_p90_ms, r.speedup, r.size_bytes,
-            r.verify_s, r.benchmark_s, left(r.traceback, 4000) AS traceback
+            r.bench_noisy, r.bench_threads, r.bench_shape, r.bench_cpu, r.bench_load, r.ort_spread, r.torch_spread,
+            r.bench_note, r.verify_s, r.benchmark_s, left(r.traceback, 4000) AS traceback
         FROM dash_models m JOIN results r USING (job_seq) ORDER BY m.id, list_position({list(VARIANTS)}, r.variant)
     """,
     "detail_outputs": """

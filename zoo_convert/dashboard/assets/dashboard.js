@@ -339,6 +339,15 @@ function link(url, text) {
   return /^https?:\/\//.test(url || "") ? `<a href="${esc(url)}" rel="noopener noreferrer">${esc(text)}</a>` : esc(text);
 }
 
+// How a latency was taken: a figure without its threads, shape, CPU and load cannot be compared.
+function conditions(v) {
+  if (v.bench_note) return v.bench_note;
+  if (v.bench_threads == null) return "";
+  const spread = [v.ort_spread, v.torch_spread].filter((s) => s != null).map((s) => num(100 * s, 2) + "%").join(" / ");
+  return `${v.bench_threads} thread(s) · ${v.bench_shape ?? "?"} · ${v.bench_cpu ?? "?"} · load ${num(v.bench_load, 2)}`
+    + (spread ? ` · spread ${spread}` : "") + (v.bench_noisy ? " · noisy: left out of the speedups" : "");
+}
+
 function renderDetail(m, d) {
   const st = d.stages || {};
   const tol = tolerances(st.tolerances);
@@ -356,7 +365,8 @@ function renderDetail(m, d) {
      ["max rel", (v) => num(v.max_rel), true], ["min cosine", (v) => num(v.min_cosine, 6), true],
      ["ORT p50/p90 ms", (v) => `${num(v.ort_p50_ms)} / ${num(v.ort_p90_ms)}`, true],
      ["PyTorch p50/p90 ms", (v) => `${num(v.torch_p50_ms)} / ${num(v.torch_p90_ms)}`, true],
-     ["speedup", (v) => (v.speedup ? num(v.speedup) + "×" : "–"), true],
+     ["speedup", (v) => (v.speedup ? num(v.speedup) + "×" + (v.bench_noisy ? " (noisy)" : "") : "–"), true],
+     ["latency conditions", (v) => `<span class="msg">${esc(conditions(v))}</span>`],
      ["size MB", (v) => (v.status === "passed" && v.size_bytes ? num(v.size_bytes / 1e6) : "–"), true],
      ["failure", (v) => esc(v.failure_kind)], ["stage", (v) => esc(v.stage)], ["message", (v) => `<span class="msg">${esc(v.message)}</span>`]],
     d.variants || [], "no rows");
