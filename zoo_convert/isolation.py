@@ -50,7 +50,6 @@ signal or an exit without a result -> ``crash``; the fork server itself gone ->
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import functools
 import gc
@@ -78,6 +77,7 @@ from typing import NamedTuple, Protocol
 
 from . import __version__
 from .errors import FailureKind, UnsafeForkServerError, first_line
+from .forked import die_with_parent
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
 from .versions import toolchain_versions
 
@@ -95,7 +95,6 @@ WARM_MODULE = "zoo_convert._warm"
 POLL_S = 0.05
 # How long the server waits for a caller once the last one has left.
 LINGER_S = 10.0
-_PR_SET_PDEATHSIG = 1
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
                   signal.SIGILL: "illegal instruction", signal.SIGFPE: "floating point exception"}  # fmt: skip
@@ -453,7 +452,7 @@ class _Server:
             try:
                 for fd in [*inherited, job_w, done_r]:
                     os.close(fd)
-                _die_with_parent()
+                die_with_parent()  # no job outlives the server (one whose caller left: _drop)
                 request = _read_fd_message(job_r)
                 if request is not None:  # None: the server closed the pipe, no job for this spare
                     sys_path, env, cwd, payload = pickle.loads(request)
@@ -656,18 +655,6 @@ def _rss(pid: int) -> int | None:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent, the fork server, goes.
-
-    So no job outlives the server; a job whose caller left is killed by the server (``_drop``).
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
 
 
 def _now() -> str:
