@@ -97,6 +97,10 @@ def test_results_carry_the_facts_of_the_export(zoo_results: dict[str, Conversion
     assert {o.shape for o in fp32.outputs} == {"1x7", "3x19", "1x128"}
     assert fp32.ort_p50_ms > 0 and fp32.torch_p50_ms > 0
     assert [s.stage for s in result.stages][:5] == ["fetch", "export", "check", "verify", "optimize"]
+    # ONNX Runtime's checks ran in the optimize children: their time is carried to each variant's verify
+    checked = {s.details["variant"]: s.details.get("checks_seconds", 0) for s in result.stages
+               if s.stage == "verify" and "variant" in s.details}  # fmt: skip
+    assert set(checked) == {v.variant for v in result.variants} and all(t > 0 for t in checked.values()), checked
     assert Path(result.artifacts_dir, "onnx", "model.onnx").is_file()
     assert Path(result.artifacts_dir, "config.json").is_file()
     assert ConversionResult.from_json(result.to_json()) == result

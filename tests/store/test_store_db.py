@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from synthetic import HISTORY, fill, good, result
+from synthetic import HISTORY, fill, good, result, variant
 
 from zoo_convert.errors import StoreError
 from zoo_convert.records import VariantResult
@@ -97,6 +97,24 @@ def test_record_writes_variant_output_and_census_rows(history: ResultStore) -> N
     ]
     assert rows(history, "SELECT count(*) FROM verification WHERE job_key = 'k-bert-2'") == [(12,)]
     assert rows(history, "SELECT sum(n) FROM op_census WHERE job_key = 'k-bert-2'") == [(56,)]
+
+
+def test_verify_seconds_are_the_shared_references_plus_each_variants_checks(tmp_path: Path) -> None:
+    """The references are computed once per job; each variant's ORT checks ran in its optimize child."""
+    from dataclasses import replace
+
+    from zoo_convert.records import StageResult
+
+    job = result("zoo/bert", "bert", variants=(variant("fp32"), variant("int8")))
+    job = replace(job, stages=(
+        StageResult("verify", "passed", 1.25),
+        StageResult("verify", "passed", 0.01, details={"variant": "fp32", "checks_seconds": 0.5}),
+        StageResult("verify", "passed", 0.02, details={"variant": "int8", "checks_seconds": 0.75}),
+    ))  # fmt: skip
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record("r", "k", job)
+    assert rows(store, "SELECT variant, verify_s FROM results ORDER BY variant") == [("fp32", 1.76), ("int8", 2.02)]
 
 
 def test_a_job_without_artifacts_is_one_null_variant_row(history: ResultStore) -> None:

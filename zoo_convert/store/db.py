@@ -353,7 +353,7 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, ob
         "message": message,
         # A variant that failed on its own keeps its traceback in its row; the others show the job's.
         "traceback": v.traceback if v.status == FAILED and v.traceback else result.traceback,
-        **{f"{name}_s": _stage_seconds(result, name, v.variant) for name in VARIANT_STAGES},
+        "verify_s": _verify_seconds(result, v.variant),
         # One benchmark times every variant of the job together: each row shows that one's seconds.
         "benchmark_s": _stage_seconds(result, "benchmark", v.variant) or _stage_seconds(result, "benchmark"),
         "file": v.file,
@@ -384,6 +384,14 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, ob
 def _stage_seconds(result: ConversionResult, stage: str, variant: str | None = None) -> float | None:
     times = [s.seconds for s in result.stages if s.stage == stage and s.details.get("variant") == variant]
     return sum(times) if times else None
+
+
+def _verify_seconds(result: ConversionResult, variant: str) -> float | None:
+    """What verifying ``variant`` cost: the job's PyTorch references (computed once, shared like
+    the benchmark's seconds), ONNX Runtime's checks (run in the optimize child) and the judging."""
+    parts = [s.seconds + s.details.get("checks_seconds", 0.0) for s in result.stages
+             if s.stage == "verify" and s.details.get("variant") in (None, variant)]  # fmt: skip
+    return round(sum(parts), 4) if parts else None
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, object]]) -> None:
