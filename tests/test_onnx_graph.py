@@ -76,6 +76,16 @@ def test_external_data_lives_in_file_data_and_moves_with_its_graph(tmp_path: Pat
     assert not moved.exists() and not onnx_graph.data_path(moved).exists()
 
 
+def test_a_graph_alone_in_its_folder_moves_without_being_read(tmp_path: Path) -> None:
+    """A variant's scratch folder holding only its graph: the weights are inside, so a rename does."""
+    src, dst = tmp_path / "work" / "model.onnx", tmp_path / "model_fp16.onnx"
+    src.parent.mkdir()
+    src.write_bytes(b"not a protobuf: parsing it would raise")
+    onnx_graph.save(_merged_like(), dst, external=True)  # a stale variant with a data file goes
+    assert onnx_graph.move(src, dst) == dst
+    assert dst.read_bytes().startswith(b"not a protobuf") and not onnx_graph.data_path(dst).exists() and not src.exists()
+
+
 def test_externalize_moves_the_weights_out_and_a_weightless_load_reads_the_structure(tmp_path: Path) -> None:
     path = tmp_path / "model.onnx"
     onnx.save(_merged_like(), path)

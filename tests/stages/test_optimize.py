@@ -540,6 +540,46 @@ def test_fp16_index_arithmetic_is_the_closed_chain_back_to_integers() -> None:
     assert sorted(fp16_recipe.index_arithmetic(model)) == ["bucket_cast", "c", "div", "log", "pos_cast"]
 
 
+def test_fp16_clamp_is_ort_s_bit_for_bit() -> None:
+    """The fast clamp the converter runs with gives the same float16 bits as ORT's own."""
+    from onnxruntime.transformers.float16 import convert_np_to_float16
+
+    rng = np.random.default_rng(0)
+    edges = [0.0, -0.0, 1e-9, -1e-9, 2**-25, -(2**-25), 2**-24, 5.96e-08, -5.96e-08, 3e-8, 6e-8, 6.1e-5,
+             65504, 65505, -65519.9, 65520, 1e6, -1e6, np.inf, -np.inf, np.nan, 1.0, -3.5]  # fmt: skip
+    for dtype in (np.float32, np.float64):  # raw_data and float_data tensors
+        values = np.concatenate([np.array(edges, dtype), rng.standard_normal(50_000).astype(dtype)
+                                 * 10.0 ** rng.integers(-10, 7, 50_000)])  # fmt: skip
+        for args in ((), (1e-7, 1e4)):
+            ours, theirs = fp16_recipe.to_float16(values, *args), convert_np_to_float16(values, *args)
+            assert ours.dtype == theirs.dtype == np.float16
+            assert np.array_equal(ours.view(np.uint16), theirs.view(np.uint16)), (dtype, args)
+
+
+def test_fp16_types_are_inferred_without_reading_the_weights() -> None:
+    """Shape inference sees a big weight's type and dims, a small shape constant's values, and the
+    model keeps its bytes."""
+    from onnx import TensorProto, helper
+
+    weight = onnx.numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(64, 64), "w")
+    shape = onnx.numpy_helper.from_array(np.array([8, 512], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Reshape", ["h", "shape"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[weight, shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    inferred = fp16_recipe.infer(model)
+    assert inferred is not None
+    found = {v.name: v.type.tensor_type for v in inferred.graph.value_info}
+    assert found["h"].elem_type == TensorProto.FLOAT
+    assert [d.dim_value for d in inferred.graph.output[0].type.tensor_type.shape.dim] == [8, 512]
+    assert not inferred.graph.initializer[0].raw_data and list(inferred.graph.initializer[0].dims) == [64, 64]
+    assert onnx.numpy_helper.to_array(model.graph.initializer[0])[63, 63] == 4095
+
+
 @pytest.mark.slow
 def test_merged_decoder_branches_share_no_names_for_the_fp16_converter(zoo_export, tmp_path: Path) -> None:
     """m2m_100's no-cache branch lost its encoder mask in fp16 (cosine 0.973 from layer 1 on).

@@ -601,19 +601,18 @@ def _to_fp16(source: Path) -> tuple[onnx.ModelProto, int]:
     """float16 weights and compute, float32 inputs and outputs and index arithmetic kept (see zoo_convert.fp16).
 
     The converter is handed the element types ONNX's shape inference finds on the graph
-    without its weights (:func:`zoo_convert.fp16.annotate_types`), not ORT's symbolic shape
+    without its weights (:func:`zoo_convert.fp16.prepare`), not ORT's symbolic shape
     inference, which copies the whole model; the converted graph is the same.
     """
     from onnxruntime.transformers.float16 import convert_float_to_float16
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     proto = onnx.load(str(source))
-    fp16.unshadow_branches(proto.graph)
-    keep = fp16.index_arithmetic(proto)
-    fp16.annotate_types(proto)
-    converted = OnnxModel(
-        convert_float_to_float16(proto, keep_io_types=True, node_block_list=keep, disable_shape_infer=True)
-    )
+    keep = fp16.prepare(proto)
+    with fp16.fast_clamp():
+        converted = OnnxModel(
+            convert_float_to_float16(proto, keep_io_types=True, node_block_list=keep, disable_shape_infer=True)
+        )
     # What ORT's OnnxModel.convert_float_to_float16 does after converting, on the types the
     # graph declares: its symbolic shape inference would copy the whole model again.
     converted.disable_shape_inference()
