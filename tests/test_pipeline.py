@@ -462,3 +462,30 @@ def test_the_torch_model_is_released_once_its_references_are_computed(
     assert seen["modules"] == [None] and seen["references"] is True
     assert seen["cases"] == 3  # 1x7, 3x19 and the long shape, computed before any variant
     assert {o.shape for o in result.variant("fp16").outputs} == {"1x7", "3x19", "1x128"}
+
+
+def test_a_model_too_big_to_hold_is_timed_in_pytorch_before_optimize_and_released(
+    zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the external-data threshold, optimize's children would add each variant's copy to the torch
+    model: PyTorch is timed alone first, the model dropped, the variants timed one session at a time."""
+    import zoo_convert.stages.optimize as optimizing
+
+    seen: dict[str, object] = {}
+    real = optimizing.optimize
+
+    def observed(exported, variants, settings, **kwargs):
+        seen["modules"] = [c.torch_module for c in exported.components]
+        return real(exported, variants, settings, **kwargs)
+
+    monkeypatch.setattr(optimizing, "optimize", observed)
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), external_data_threshold=0, **FAST))
+    assert result.passed, result.message
+    assert seen["modules"] == [None]
+    order = [(s.stage, s.details.get("torch_alone")) for s in result.stages]
+    assert order.index(("benchmark", True)) < order.index(("optimize", None)) < order.index(("benchmark", None))
+    assert len({(v.torch_p50_ms, v.torch_runs) for v in result.variants}) == 1
+    for v in result.variants:
+        assert v.torch_p50_ms and v.ort_p50_ms and v.speedup, v.variant
+        assert v.ort_runs == v.torch_runs == FAST["bench_runs"] and v.bench_note is None

@@ -42,7 +42,7 @@ StageCallback = Callable[[str], None]
 
 def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
-    from .stages import check, export, fetch, optimize, verify
+    from .stages import benchmark, check, export, fetch, optimize, verify
 
     if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
@@ -72,6 +72,13 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             details.update(check.check(exported))
         with run.stage("verify") as details:
             missing = _references(exported, settings, details)
+        if settings.benchmark and missing is None and benchmark.too_big_to_hold(exported, settings):
+            # PyTorch's side now, alone: optimize's children would add each variant's copy to the torch model.
+            with run.stage("benchmark") as details:
+                benchmark.time_torch_alone(exported, settings)
+                details["torch_alone"] = True
+            for comp in exported.components:
+                comp.release_torch()
         with run.stage("optimize") as details:
             artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check)
             details.update({v: a.details for v, a in artifacts.items()})
@@ -92,7 +99,8 @@ def _references(exported: ExportedModel, settings: Settings, details: dict[str, 
 
     Returns the error that kept the references from being computed (each variant then fails
     verify with it, as it would have checking them one by one). Without a benchmark the
-    torch model is released right away; with one, after the benchmark timed it.
+    torch model is released right away; with one, after the benchmark timed it (a model too
+    big to hold through optimize: before optimize, alone).
     """
     from .stages import benchmark, verify
 

@@ -115,6 +115,9 @@ class RuntimeCache:
             error is raised (after ``references_done`` there is no second try).
         tokenizer: the checkpoint's tokenizer, None when it has no usable one.
         tokenizer_loaded: whether ``tokenizer`` was looked for yet.
+        torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
+            held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
+            could not be timed, and the load average around it; None when PyTorch is timed with the variants.
     """
 
     sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
@@ -123,6 +126,16 @@ class RuntimeCache:
     failed: dict[CaseKey, Exception] = field(default_factory=dict)
     tokenizer: PreTrainedTokenizerBase | None = None
     tokenizer_loaded: bool = False
+    torch_alone: TorchAlone | None = None
+
+
+@dataclass(frozen=True)
+class TorchAlone:
+    """PyTorch timed on its own before the variants were made (see ``RuntimeCache.torch_alone``)."""
+
+    ms: tuple[float, ...]
+    failed: tuple[str, str | None] | None
+    load: float
 
 
 class ModuleState:
