@@ -9,6 +9,7 @@ import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pyarrow.parquet as pq
@@ -444,22 +445,19 @@ def test_the_torch_model_is_released_once_its_references_are_computed(
     zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a benchmark, the variants are made after PyTorch's side is done and its model dropped."""
-    import zoo_convert.stages.optimize as optimizing
-
     seen: dict[str, object] = {}
-    real = optimizing.optimize
 
     def observed(exported, variants, settings, **kwargs):
         seen["modules"] = [c.torch_module for c in exported.components]
         seen["references"] = exported.cache.references_done
         seen["cases"] = len(exported.cache.cases)
-        return real(exported, variants, settings, **kwargs)
 
-    monkeypatch.setattr(optimizing, "optimize", observed)
+    _watch_torch(monkeypatch, seen, observed)
     entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "fp16"))
     result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, **FAST))
     assert result.passed, result.message
     assert seen["modules"] == [None] and seen["references"] is True
+    assert seen["collected"] is True  # freed, not only unlinked, before any child is forked
     assert seen["cases"] == 3  # 1x7, 3x19 and the long shape, computed before any variant
     assert {o.shape for o in result.variant("fp16").outputs} == {"1x7", "3x19", "1x128"}
 
@@ -469,23 +467,43 @@ def test_a_model_too_big_to_hold_is_timed_in_pytorch_before_optimize_and_release
 ) -> None:
     """Over the external-data threshold, optimize's children would add each variant's copy to the torch
     model: PyTorch is timed alone first, the model dropped, the variants timed one session at a time."""
-    import zoo_convert.stages.optimize as optimizing
-
     seen: dict[str, object] = {}
-    real = optimizing.optimize
 
     def observed(exported, variants, settings, **kwargs):
         seen["modules"] = [c.torch_module for c in exported.components]
-        return real(exported, variants, settings, **kwargs)
 
-    monkeypatch.setattr(optimizing, "optimize", observed)
+    _watch_torch(monkeypatch, seen, observed)
     entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
     result = convert_one(entry, Settings(out_dir=str(tmp_path), external_data_threshold=0, **FAST))
     assert result.passed, result.message
-    assert seen["modules"] == [None]
+    assert seen["modules"] == [None] and seen["collected"] is True
     order = [(s.stage, s.details.get("torch_alone")) for s in result.stages]
     assert order.index(("benchmark", True)) < order.index(("optimize", None)) < order.index(("benchmark", None))
     assert len({(v.torch_p50_ms, v.torch_runs) for v in result.variants}) == 1
     for v in result.variants:
         assert v.torch_p50_ms and v.ort_p50_ms and v.speedup, v.variant
         assert v.ort_runs == v.torch_runs == FAST["bench_runs"] and v.bench_note is None
+
+
+def _watch_torch(monkeypatch: pytest.MonkeyPatch, seen: dict[str, object], observe: Any) -> None:
+    """Call ``observe`` as optimize starts; ``seen["collected"]``: whether the exported torch model
+    was freed by then (a weak reference to it is dead without this process running the collector)."""
+    import weakref
+
+    import zoo_convert.stages.export as exporting
+    import zoo_convert.stages.optimize as optimizing
+
+    real_export, real_optimize = exporting.export, optimizing.optimize
+
+    def exported(*args: Any, **kwargs: Any) -> Any:
+        found = real_export(*args, **kwargs)
+        seen["model"] = weakref.ref(found.components[0].torch_module)
+        return found
+
+    def optimizing_(exported: Any, variants: Any, settings: Any, **kwargs: Any) -> Any:
+        observe(exported, variants, settings, **kwargs)
+        seen["collected"] = seen["model"]() is None  # type: ignore[operator]
+        return real_optimize(exported, variants, settings, **kwargs)
+
+    monkeypatch.setattr(exporting, "export", exported)
+    monkeypatch.setattr(optimizing, "optimize", optimizing_)
