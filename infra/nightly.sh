@@ -13,6 +13,8 @@
 #   ZOO_SITE           dashboard output folder                   (default ZOO_OUT/../site)
 #   ZOO_ADDRESS        Ray address for the farm                            (default auto)
 #   ZOO_MAX_IN_FLIGHT  jobs in flight at once                  (default: the farm's own)
+#   ZOO_RUN_NAME       the run's name, for `db regressions --since NAME` and `publish --run NAME`
+#                      (default nightly-<UTC start time>, unique even when a night is rerun)
 #   ZOO_NAMESPACE      Hub organization to publish to; empty skips publishing
 #   ZOO_HUB_REQUESTS_PER_5MIN   Hub API requests the token may make per 5 minutes, shared by
 #                      the driver and every worker                  (default 1000, a free account)
@@ -79,9 +81,10 @@ if [[ ! -e "$ZOO_DB" ]]; then
   storage restore "$ZOO_BACKUP/results.duckdb" "$ZOO_DB"
 fi
 
-log "converting $ZOO_MANIFEST on $ZOO_ADDRESS"
+run_name="${ZOO_RUN_NAME:-nightly-$(date -u +%Y-%m-%dT%H%M%SZ)}"
+log "converting $ZOO_MANIFEST on $ZOO_ADDRESS as run $run_name"
 run_status=0
-zoo-convert run "$ZOO_MANIFEST" --db "$ZOO_DB" --out "$ZOO_OUT" --address "$ZOO_ADDRESS" \
+zoo-convert run "$ZOO_MANIFEST" --db "$ZOO_DB" --out "$ZOO_OUT" --address "$ZOO_ADDRESS" --name "$run_name" \
   ${ZOO_MAX_IN_FLIGHT:+--max-in-flight "$ZOO_MAX_IN_FLIGHT"} \
   ${ZOO_HUB_REQUESTS_PER_5MIN:+--hub-requests-per-5min "$ZOO_HUB_REQUESTS_PER_5MIN"} \
   ${ZOO_HUB_DOWNLOADS_PER_5MIN:+--hub-downloads-per-5min "$ZOO_HUB_DOWNLOADS_PER_5MIN"} || run_status=$?

@@ -442,7 +442,9 @@ def test_nightly_job_on_a_local_cluster(local_cluster: _LocalCluster, zoo_dir: P
 
     with duckdb.connect(settings["ZOO_DB"], read_only=True) as db:
         found = dict(db.execute("SELECT source, any_value(status) FROM results GROUP BY source").fetchall())
+        (name,) = db.execute("SELECT name FROM runs").fetchone()
     assert set(found) == {r["source"] for r in rows}
     assert found[str(zoo_dir / "bert")] == "passed", job.stdout[-6000:]
+    assert re.fullmatch(r"nightly-\d{4}-\d\d-\d\dT\d{6}Z", name), name  # db regressions --since NAME
     assert (Path(settings["ZOO_BACKUP"]) / "results.duckdb").is_file()
     assert any(Path(settings["ZOO_SITE"]).iterdir())
