@@ -387,6 +387,7 @@ def test_a_bug_of_ours_while_timing_leaves_the_variant_verified_with_the_reason(
         assert v.status == "passed" and v.failure_kind is None, v.variant
         assert (v.ort_p50_ms, v.torch_p50_ms, v.speedup, v.bench_noisy) == (None, None, None, False)
         assert v.bench_note is not None and v.bench_note.startswith("internal: TypeError: "), v.bench_note
+        assert v.traceback and "Traceback" in v.traceback and "benchmark.py" in v.traceback  # ours to fix: where
 
 
 def test_one_variant_that_cannot_be_timed_keeps_its_status_and_the_others_are_timed(

@@ -203,6 +203,7 @@ def _with_latency(v: VariantResult, lat: Latency) -> VariantResult:
         bench_load=lat.load,
         bench_noisy=lat.noisy,
         bench_note=lat.note,
+        traceback=v.traceback or lat.traceback,  # a bug of ours while timing keeps its trace
     )
 
 

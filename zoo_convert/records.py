@@ -233,7 +233,8 @@ class VariantResult:
             (int8: ``onnx/model_quantized.onnx``, hard-linked as ``onnx/model_int8.onnx``).
         size_bytes: the .onnx file plus its external data.
         failure_kind / message: why it failed (None when it passed).
-        traceback: where it failed, when an exception made it fail (always for ``internal``).
+        traceback: where it failed, when an exception made it fail (always for ``internal``); for a
+            verified variant, where timing it failed when ``bench_note`` is ``internal: ...``.
         max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
         ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs (timed once per job,

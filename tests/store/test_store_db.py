@@ -117,6 +117,17 @@ def test_verify_seconds_are_the_shared_references_plus_each_variants_checks(tmp_
     assert rows(store, "SELECT variant, verify_s FROM results ORDER BY variant") == [("fp32", 1.76), ("int8", 2.02)]
 
 
+def test_a_bug_of_ours_while_timing_keeps_its_traceback_on_the_verified_row(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    timed = replace(variant("fp32"), ort_p50_ms=None, bench_note="internal: TypeError: x", traceback="Traceback (...)")
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record("r", "k", result("zoo/bert", "bert", variants=(timed, variant("int8"))))
+    got = rows(store, "SELECT variant, status, bench_note, traceback FROM results ORDER BY variant")
+    assert got == [("fp32", "passed", "internal: TypeError: x", "Traceback (...)"), ("int8", "passed", None, None)]
+
+
 def test_a_job_without_artifacts_is_one_null_variant_row(history: ResultStore) -> None:
     got = rows(history, "SELECT variant, status, failure_kind, stage, traceback IS NOT NULL FROM results"
                         " WHERE job_key = 'k-vit-2'")

@@ -351,8 +351,9 @@ def _variant_columns(result: ConversionResult, v: VariantResult) -> dict[str, ob
         "failure_kind": kind,
         "stage": stage,
         "message": message,
-        # A variant that failed on its own keeps its traceback in its row; the others show the job's.
-        "traceback": v.traceback if v.status == FAILED and v.traceback else result.traceback,
+        # A variant that failed on its own, or whose timing hit a bug of ours, keeps its traceback
+        # in its row; the others show the job's.
+        "traceback": v.traceback if (v.status == FAILED or v.bench_note) and v.traceback else result.traceback,
         "verify_s": _verify_seconds(result, v.variant),
         # One benchmark times every variant of the job together: each row shows that one's seconds.
         "benchmark_s": _stage_seconds(result, "benchmark", v.variant) or _stage_seconds(result, "benchmark"),
