@@ -508,3 +508,23 @@ def _watch_torch(monkeypatch: pytest.MonkeyPatch, seen: dict[str, object], obser
 
     monkeypatch.setattr(exporting, "export", exported)
     monkeypatch.setattr(optimizing, "optimize", optimizing_)
+
+
+def test_the_benchmark_inputs_cost_no_pytorch_forward(zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verify's cases carry PyTorch's outputs; the benchmark's shape is generated as inputs only."""
+    import zoo_convert.runtime as runtime
+
+    made: list[tuple[int, bool, int]] = []
+    real = runtime._make_case
+
+    def recorded(exported, comp, config, branch, outputs, kwargs, settings, reference=True):
+        case = real(exported, comp, config, branch, outputs, kwargs, settings, reference)
+        made.append((kwargs["sequence_length"], reference, len(case.reference)))
+        return case
+
+    monkeypatch.setattr(runtime, "_make_case", recorded)
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), **FAST))
+    assert result.passed and result.variant("fp32").torch_p50_ms, result.message
+    assert [m for m in made if not m[1]] == [(128, False, 0)]  # the benchmark's 1x128: inputs only
+    assert sorted(m[0] for m in made if m[1]) == [7, 19, 128] and all(m[2] for m in made if m[1])

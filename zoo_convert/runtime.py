@@ -192,12 +192,21 @@ def session_for(exported: ExportedModel, artifact: Artifact, comp: Component, se
 
 
 def cases(
-    exported: ExportedModel, comp: Component, batch: int, seq: int, settings: Settings, *, audio_samples: int
+    exported: ExportedModel,
+    comp: Component,
+    batch: int,
+    seq: int,
+    settings: Settings,
+    *,
+    audio_samples: int,
+    reference: bool = True,
 ) -> dict[Branch, Case]:
     """Inputs and PyTorch outputs of ``comp`` at one shape, one Case per branch (memoized by the shape as fed).
 
     ``seq`` is capped by the position table; ``audio_samples`` become the frames
     a filterbank model's extractor makes of them (:mod:`zoo_convert.shapes`).
+    ``reference=False``: the inputs alone (the benchmark's), with no PyTorch forward and an
+    empty ``Case.reference``; a case already computed with its reference serves as well.
     """
     config = comp.onnx_config
     if config is None:
@@ -206,6 +215,10 @@ def cases(
     memo = exported.cache.cases
     # Keyed by what is fed: a whisper encoder sees the same 30 s at every requested length.
     key: CaseKey = (comp.name, *sorted(kwargs.items()))
+    if not reference:
+        if key in memo:
+            return memo[key]
+        key = (*key, ("inputs_only", 1))  # never handed to verify, which needs the reference
     if key in exported.cache.failed:
         raise exported.cache.failed[key]
     if key not in memo:
@@ -215,7 +228,7 @@ def cases(
             raise RuntimeError(f"the PyTorch reference of {comp.name} at {key[1:]} was not computed in advance")
         try:
             memo[key] = {
-                branch: _make_case(exported, comp, branch_config, branch, outputs, kwargs, settings)
+                branch: _make_case(exported, comp, branch_config, branch, outputs, kwargs, settings, reference)
                 for branch, branch_config, outputs in _branches(config)
             }
         except Exception as exc:
@@ -278,10 +291,12 @@ def _make_case(
     outputs: tuple[str, ...],
     kwargs: dict[str, int],
     settings: Settings,
+    reference: bool = True,
 ) -> Case:
     import torch
 
     assert comp.torch_module is not None  # cases() checked it
+    result = None
     with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
@@ -290,9 +305,10 @@ def _make_case(
         if comp.as_loaded is not None:
             comp.as_loaded.restore()
         try:
-            patched = config.patch_model_for_export(comp.torch_module)
-            with torch_threads(settings.threads), patched, torch.inference_mode():
-                result = comp.torch_module(**copy.deepcopy(torch_inputs))
+            if reference:
+                patched = config.patch_model_for_export(comp.torch_module)
+                with torch_threads(settings.threads), patched, torch.inference_mode():
+                    result = comp.torch_module(**copy.deepcopy(torch_inputs))
         except Exception as exc:  # noqa: BLE001 - any PyTorch failure is a verify error
             if is_our_bug(exc):
                 raise
@@ -302,7 +318,8 @@ def _make_case(
     feed = _flatten_inputs(config, feed_inputs)
     if branch is Branch.NO_CACHE:
         feed.update(_empty_past(specs, feed, kwargs["batch_size"]))
-    return Case(label, branch, torch_inputs, feed, _flatten_outputs(config, result), outputs, config)
+    found = _flatten_outputs(config, result) if result is not None else {}
+    return Case(label, branch, torch_inputs, feed, found, outputs, config)
 
 
 def _empty_past(specs: list[onnx.ValueInfoProto], feed: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
