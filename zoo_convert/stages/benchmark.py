@@ -8,8 +8,9 @@ job, not once per variant. A model whose weights are stored outside its graph
 (over ``Settings.external_data_threshold``) is not held beside the torch model:
 PyTorch is timed alone once its references are computed (:func:`time_torch_alone`)
 and released before optimize, whose children would otherwise add each variant's
-copy to it (llama-style, 2.3 GB: a 6.9 GB peak, 3x its weights); its variants are
-then timed one session at a time.
+copy to it (llama-style, 2.3 GB of weights: held, the parent's 2.8 GB beside the fp16
+child's 4.2 GB made a 7.1 GB peak; timed first, 4.8 GB); its variants are then timed
+one session at a time.
 
 Every measurement carries its conditions: calls, p50, p90, spread (IQR / p50),
 threads, batch x length, CPU model and the load average during it. It is noisy
@@ -26,6 +27,7 @@ the reason in ``Latency.note``.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import time
@@ -277,6 +279,7 @@ def _load() -> float:
         return 0.0
 
 
+@functools.cache  # one machine's: read once per process, not once per job
 def cpu_model() -> str:
     """The CPU's model name and the int8 instruction sets ORT can use (/proc/cpuinfo): said next to every latency."""
     name, flags = "", set[str]()
