@@ -363,8 +363,7 @@ Q4_BLOCK_SIZE = 32
 def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """4-bit weight-only quantization of the plain export's MatMuls with a constant weight (``MatMulNBits``).
 
-    Weight-only: activations stay float32, so the GELU exclusion of int8 does not apply. The
-    plain export, not the fused one: the fusers fold the Q/K/V MatMuls into Attention nodes,
+    Weight-only: activations stay float32. The plain export, not the fused one: the fusers fold the Q/K/V MatMuls into Attention nodes,
     which MatMulNBits cannot reach. Gather (embeddings), Gemm and Conv weights stay float32.
     """
     with _quiet_root(), _quiet(_NBITS_MODULE):  # it logs every node it visits at INFO
@@ -372,10 +371,10 @@ def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
 
         quantizer = MatMulNBitsQuantizer(onnx.load(str(plain)), bits=4, block_size=Q4_BLOCK_SIZE, is_symmetric=True)
         quantizer.process()
-    onnx_graph.save(quantizer.model.model, out, external=external)
-    census = _census(out)
+    census = onnx_graph.op_census(quantizer.model.model.graph)  # before saving: no second read of it
     if not census["MatMulNBits"]:
         raise OptimizeError("MatMulNBits quantized no MatMul (none has a constant weight)")
+    onnx_graph.save(quantizer.model.model, out, external=external)
     return out, {
         "quantization": "weight-only",
         "bits": 4,
