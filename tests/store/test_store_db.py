@@ -88,12 +88,12 @@ def test_read_only_needs_an_existing_db(tmp_path: Path) -> None:
 
 
 def test_record_writes_variant_output_and_census_rows(history: ResultStore) -> None:
-    got = rows(history, "SELECT variant, status, verify_s, fetch_s, versions['torch'], tags FROM results"
+    got = rows(history, "SELECT variant, status, verify_s, benchmark_s, fetch_s, versions['torch'], tags FROM results"
                         " WHERE job_key = 'k-bert-2' ORDER BY variant")
     assert got == [
-        ("fp16", "passed", 0.2, 0.5, "2.13.0", ["nightly"]),
-        ("fp32", "failed", 0.2, 0.5, "2.13.0", ["nightly"]),
-        ("int8", "passed", 0.2, 0.5, "2.13.0", ["nightly"]),
+        ("fp16", "passed", 0.2, 0.6, 0.5, "2.13.0", ["nightly"]),
+        ("fp32", "failed", 0.2, 0.6, 0.5, "2.13.0", ["nightly"]),
+        ("int8", "passed", 0.2, 0.6, 0.5, "2.13.0", ["nightly"]),
     ]
     assert rows(history, "SELECT count(*) FROM verification WHERE job_key = 'k-bert-2'") == [(12,)]
     assert rows(history, "SELECT sum(n) FROM op_census WHERE job_key = 'k-bert-2'") == [(56,)]
