@@ -86,14 +86,40 @@ def test_a_graph_alone_in_its_folder_moves_without_being_read(tmp_path: Path) ->
     assert dst.read_bytes().startswith(b"not a protobuf") and not onnx_graph.data_path(dst).exists() and not src.exists()
 
 
-def test_externalize_moves_the_weights_out_and_a_weightless_load_reads_the_structure(tmp_path: Path) -> None:
+def test_externalize_renames_the_inline_file_into_its_data_file_and_points_into_it(tmp_path: Path) -> None:
+    """The weights are neither read nor copied: the exported file becomes the data file, found by offset."""
+    model = _merged_like()
+    model.graph.initializer[0].data_location = TensorProto.DEFAULT  # torch writes it explicitly
+    nested = numpy_helper.from_array(np.ones(512, dtype=np.float32), "nested")  # 2 KB inside a branch
+    model.graph.node[1].attribute[0].g.initializer.append(nested)
     path = tmp_path / "model.onnx"
-    onnx.save(_merged_like(), path)
+    onnx.save(model, path)
+    exported = path.stat().st_ino
+
     onnx_graph.externalize(path)
-    assert onnx_graph.data_path(path).stat().st_size >= 4096 * 4 and path.stat().st_size < 4096
-    assert onnx_graph.op_census(onnx_graph.load(path).graph) == onnx_graph.op_census(_merged_like().graph)
+    data = onnx_graph.data_path(path)
+    assert data.stat().st_ino == exported and path.stat().st_size < 4096  # the 16 KB weight is out
+    structure = onnx_graph.load(path)
+    big, small = structure.graph.initializer
+    assert big.data_location == TensorProto.EXTERNAL and not big.HasField("raw_data")
+    assert {e.key: e.value for e in big.external_data}["location"] == "model.onnx_data"
+    assert small.data_location == TensorProto.DEFAULT and small.raw_data  # 16 bytes stay inside
+    assert structure.graph.node[1].attribute[0].g.initializer[0].raw_data  # nested graphs stay inline
+    full = onnx.load(str(path))
+    assert all(
+        np.array_equal(numpy_helper.to_array(a), numpy_helper.to_array(b))
+        for a, b in zip(full.graph.initializer, model.graph.initializer, strict=True)
+    )
+    onnx.checker.check_model(str(path), full_check=True)
+    x = np.array([1.0, -2.0], dtype=np.float32)
+    (z,) = ort_session(path, threads=1).run(None, {"x0": x, "flag": np.array(False)})
+    assert np.allclose(z, np.maximum(x, 0) @ np.arange(4096, dtype=np.float32).reshape(2, 2048))
+
+    rewritten = path.read_bytes()
+    onnx_graph.externalize(path)  # already external: left alone
+    assert path.read_bytes() == rewritten and data.stat().st_ino == exported
     onnx_graph.internalize(path)
-    assert not onnx_graph.data_path(path).exists() and path.stat().st_size >= 4096 * 4
+    assert not data.exists() and onnx.load(str(path)).graph.initializer[0].raw_data
 
 
 def test_moving_a_graph_renames_a_data_file_of_another_name(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ protobuf limit (``Settings.external_data_threshold``).
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 from collections import Counter
@@ -101,13 +102,127 @@ def save(model: onnx.ModelProto, path: Path, *, external: bool) -> None:
 
 
 def externalize(path: Path) -> None:
-    """Move an inline graph's weights into :func:`data_path` beside it; a graph already external is left alone."""
-    from onnx.external_data_helper import uses_external_data
+    """Move an inline graph's weights out of it without copying them: the file becomes its own data file.
 
-    model = onnx.load(str(path), load_external_data=False)
-    if any(uses_external_data(t) for t in tensors(model.graph)):
+    An inline graph already holds every weight's bytes contiguously (a ``raw_data``
+    field), so the file is renamed to :func:`data_path` and a new graph file is
+    written whose large initializers point into it by offset. Only the structure is
+    parsed (at the protobuf wire level); the weights are neither read nor written,
+    where a load and an external-data save read and write them all (1.5 s for
+    bert-base's 0.5 GB, 2.3 s for gpt2's, on 2 cores). The data file keeps the old
+    structure's bytes between the weights: a few KB to MB, never addressed.
+    Initializers of nested graphs stay inline. A graph already external is left alone.
+    """
+    data = data_path(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        rewritten = _externalized_model(memoryview(buf), data.name)
+    if rewritten is None:
         return
-    save(model, path, external=True)
+    data.unlink(missing_ok=True)  # a stale one: nothing in this graph refers to it
+    os.replace(path, data)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(rewritten)
+    os.replace(tmp, path)
+
+
+# Protobuf field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer and the
+# TensorProto fields the rewrite reads or writes.
+_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
+_LEN = 2  # wire type of strings, bytes and messages
+
+
+def _externalized_model(buf: memoryview, location: str) -> bytes | None:
+    """The model with its graph's large initializers pointing into ``location``; None if one is external already."""
+    out = bytearray()
+    for field, wire, start, value, end in _fields(buf, 0, len(buf)):
+        if field == _MODEL_GRAPH and wire == _LEN:
+            graph = _externalized_graph(buf, value, end, location)
+            if graph is None:
+                return None
+            out += _tag(field, _LEN) + _varint_bytes(len(graph)) + graph
+        else:
+            out += buf[start:end]
+    return bytes(out)
+
+
+def _externalized_graph(buf: memoryview, begin: int, stop: int, location: str) -> bytes | None:
+    out = bytearray()
+    for field, wire, start, value, end in _fields(buf, begin, stop):
+        if field != _GRAPH_INITIALIZER or wire != _LEN:
+            out += buf[start:end]
+            continue
+        raw: tuple[int, int] | None = None
+        kept = bytearray()
+        for f, w, s, v, e in _fields(buf, value, end):
+            if f == _TENSOR_DATA_LOCATION:
+                if _varint(buf, v)[0] == onnx.TensorProto.EXTERNAL:
+                    return None
+                continue  # torch writes DEFAULT explicitly; EXTERNAL is written below
+            if f == _TENSOR_RAW_DATA and w == _LEN and e - v >= EXTERNAL_MIN_BYTES:
+                raw = (v, e - v)
+            else:
+                kept += buf[s:e]
+        if raw is None:
+            out += buf[start:end]
+            continue
+        kept += _tag(_TENSOR_DATA_LOCATION, 0) + _varint_bytes(onnx.TensorProto.EXTERNAL)
+        for key, val in (("location", location), ("offset", str(raw[0])), ("length", str(raw[1]))):
+            entry = _string_field(1, key) + _string_field(2, val)
+            kept += _tag(_TENSOR_EXTERNAL_DATA, _LEN) + _varint_bytes(len(entry)) + entry
+        out += _tag(field, _LEN) + _varint_bytes(len(kept)) + kept
+    return bytes(out)
+
+
+def _fields(buf: memoryview, pos: int, stop: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """A message's fields as (number, wire type, start of the field, start of its value, end)."""
+    while pos < stop:
+        key, value = _varint(buf, pos)
+        wire = key & 7
+        if wire == 0:
+            end = _varint(buf, value)[1]
+        elif wire == 1:
+            end = value + 8
+        elif wire == _LEN:
+            size, value = _varint(buf, value)
+            end = value + size
+        elif wire == 5:
+            end = value + 4
+        else:
+            raise ValueError(f"protobuf wire type {wire} at byte {pos} (groups are not used by onnx)")
+        if end > stop:
+            raise ValueError(f"protobuf field at byte {pos} runs past its message's end")
+        yield key >> 3, wire, pos, value, end
+        pos = end
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return _varint_bytes(field << 3 | wire)
+
+
+def _string_field(field: int, text: str) -> bytes:
+    data = text.encode()
+    return _tag(field, _LEN) + _varint_bytes(len(data)) + data
 
 
 def internalize(path: Path) -> None:
