@@ -15,6 +15,9 @@ command timed end to end with its process tree's memory sampled from /proc:
   check, fused fp32 verified against PyTorch in its forked child, at two shapes and the long one);
 * ``ours all``: ``zoo-convert convert`` (fp32, fp16, int8, each verified and timed).
 
+Both CLIs use every CPU of the machine (``convert``'s ``--threads`` default; a farm job
+runs on one).
+
 Targets: ours fp32 wall <= 1.0x optimum's and peak memory <= 1.0x; ours all
 <= 2.0x optimum's wall; the > 2 GB model's peak (ours all) <= 2.5x its fp32
 weight bytes. Wall is noisy on a shared machine, so CPU seconds (user + sys of
@@ -28,7 +31,7 @@ thread count, batch 1 x 128 tokens (gpt2: 128 new tokens over a 128-token
 cache); cosine vs PyTorch over several real-text inputs. Targets: our fp32
 p50 <= O2's; our int8 p50 <= optimum int8's with cosine >= its cosine.
 
-Part 3: one job (``--repeat-model``) converted 5 times; the p50s it records
+Part 3: one job (``--repeat-model``) converted 5 times on one thread, as the farm runs it; the p50s it records
 (ORT per variant, PyTorch) must agree within 5 %. Meaningful on a quiet machine only.
 
     .venv/bin/python benchmarks/bench_realsize.py [--only bert-base,gpt2] [--skip-llama] [--parts 1,2,3]
@@ -208,7 +211,8 @@ def part3(model: RealModel, ckpt: Path, work: Path, n: int = 5) -> dict[str, lis
     loads = []
     for i in range(n):
         side = Side("repeat")
-        run_side(side, ours_cmd(ckpt, model.task, work / "repeat"), work / "repeat", work / "logs")
+        # On one thread, as the farm runs every job; part 1's commands use the machine, as optimum-cli does.
+        run_side(side, ours_cmd(ckpt, model.task, work / "repeat", "--threads", "1"), work / "repeat", work / "logs")
         loads.append(side.runs[0].load)
         for v in (side.result or {}).get("variants", []):
             for key, name in (("ort_p50_ms", v["variant"]), ("torch_p50_ms", f"torch ({v['variant']} row)")):

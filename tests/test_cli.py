@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -53,6 +54,8 @@ def test_convert_prints_a_summary_and_writes_the_record(minilm_dir: Path, tmp_pa
     assert "PASSED" in proc.stdout and "fp32" in proc.stdout
     record = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert record["status"] == "passed" and record["variants"][0]["max_abs"] <= 1e-4
+    # One model on this machine uses its CPUs, as optimum-cli does (a farm job: 1), and says so.
+    assert record["variants"][0]["bench_threads"] == len(os.sched_getaffinity(0))
 
 
 @pytest.mark.slow

@@ -129,6 +129,9 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
+@click.option("--threads", type=click.IntRange(1),
+              help="intra-op threads of PyTorch and ONNX Runtime in verify and the latency measurement"
+                   " [default: the CPUs this process may use; a farm job uses 1]")
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
@@ -145,6 +148,7 @@ def convert(
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
+    threads: int | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
     as_json: bool,
@@ -173,7 +177,12 @@ def convert(
         allow_pickle=allow_pickle,
     )
     settings = Settings(
-        out_dir=out_dir, optimize=not no_optimize, benchmark=not no_benchmark, verify_long=not no_long_shape
+        out_dir=out_dir,
+        optimize=not no_optimize,
+        benchmark=not no_benchmark,
+        verify_long=not no_long_shape,
+        # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
+        threads=threads or len(os.sched_getaffinity(0)),
     )
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
         result = convert_one(entry, settings)
