@@ -15,6 +15,7 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -189,6 +190,8 @@ def convert(
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
+    global _nothing_left_to_write
+    _nothing_left_to_write = True
     sys.exit(0 if result.passed else 1)
 
 
@@ -543,6 +546,20 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
     click.echo(f"wrote {written} rows to {out_path} ({len(dropped)} dropped)")
 
 
+# Set by a command once everything it writes is written and closed (convert): main() then
+# exits without Python's teardown of torch, transformers and onnxruntime, object by
+# object and module by module, which nothing needs (1.0-1.2 s on 2 cores, measured).
+_nothing_left_to_write = False
+
+
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="zoo-convert")
+    try:
+        cli(prog_name="zoo-convert")
+    except SystemExit as done:
+        if _nothing_left_to_write:
+            atexit._run_exitfuncs()  # what libraries registered (temporary folders, logging) still runs
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(done.code if isinstance(done.code, int) else 1)
+        raise
