@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo_convert import onnx_graph
@@ -120,6 +121,14 @@ def test_externalize_renames_the_inline_file_into_its_data_file_and_points_into_
     assert path.read_bytes() == rewritten and data.stat().st_ino == exported
     onnx_graph.internalize(path)
     assert not data.exists() and onnx.load(str(path)).graph.initializer[0].raw_data
+
+
+def test_externalize_refuses_a_file_that_is_no_protobuf_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x3a\xff\xff\xff\x0f")  # a graph field longer than the file
+    with pytest.raises(ValueError, match=r"model.onnx: not a protobuf onnx can read: .*runs past"):
+        onnx_graph.externalize(path)
+    assert path.read_bytes() == b"\x3a\xff\xff\xff\x0f" and not onnx_graph.data_path(path).exists()
 
 
 def test_moving_a_graph_renames_a_data_file_of_another_name(tmp_path: Path) -> None:

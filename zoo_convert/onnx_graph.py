@@ -114,8 +114,14 @@ def externalize(path: Path) -> None:
     Initializers of nested graphs stay inline. A graph already external is left alone.
     """
     data = data_path(path)
+    unreadable = ""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        rewritten = _externalized_model(memoryview(buf), data.name)
+        try:
+            rewritten = _externalized_model(memoryview(buf), data.name)
+        except ValueError as exc:  # raised below: its frames would keep views of the map open
+            unreadable = str(exc)
+    if unreadable:
+        raise ValueError(f"{path}: not a protobuf onnx can read: {unreadable}")
     if rewritten is None:
         return
     data.unlink(missing_ok=True)  # a stale one: nothing in this graph refers to it
