@@ -183,7 +183,7 @@ def convert(
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
-        threads=threads or len(os.sched_getaffinity(0)),
+        threads=threads or _usable_cpus(),
     )
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
         result = convert_one(entry, settings)
@@ -544,6 +544,13 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
     for reason in dropped:
         click.echo(f"dropped {reason}", err=True)
     click.echo(f"wrote {written} rows to {out_path} ({len(dropped)} dropped)")
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):  # Linux; macOS and Windows have no affinity mask
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 # Set by a command once everything it writes is written and closed (convert): main() then
