@@ -275,14 +275,14 @@ def _casts_to_integer(node: onnx.NodeProto) -> bool:
     return node.op_type == "Cast" and any(a.name == "to" and a.i in _INTEGER for a in node.attribute)
 
 
-def annotate_types(model: onnx.ModelProto, inferred: onnx.ModelProto | None = None) -> None:
+def annotate_types(model: onnx.ModelProto, inferred: onnx.ModelProto | None) -> None:
     """Give the main graph's untyped tensors the element type ONNX shape inference finds (no shapes).
 
     What ORT's float16 converter needs to know which tensors are float, as its own symbolic
     shape inference would tell it: that copies the whole model, weights included, for every
-    run; this infers on the graph without its weights. ``inferred``: as for :func:`index_arithmetic`.
+    run; this infers on the graph without its weights once (``inferred``: :func:`infer` of
+    ``model``; None, where inference refused it, leaves the types as they are).
     """
-    inferred = inferred if inferred is not None else infer(model)
     if inferred is None:
         return
     known = {v.name for v in [*model.graph.input, *model.graph.output, *model.graph.value_info]}

@@ -293,26 +293,14 @@ def _make_case(
     settings: Settings,
     reference: bool = True,
 ) -> Case:
-    import torch
-
-    assert comp.torch_module is not None  # cases() checked it
     result = None
     with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
         _use_real_text(exported, config, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
-        if comp.as_loaded is not None:
-            comp.as_loaded.restore()
-        try:
-            if reference:
-                patched = config.patch_model_for_export(comp.torch_module)
-                with torch_threads(settings.threads), patched, torch.inference_mode():
-                    result = comp.torch_module(**copy.deepcopy(torch_inputs))
-        except Exception as exc:  # noqa: BLE001 - any PyTorch failure is a verify error
-            if is_our_bug(exc):
-                raise
-            raise VerifyError(f"PyTorch forward of {comp.name} at {label} failed: {type(exc).__name__}: {exc}") from exc
+        if reference:
+            result = _forward(comp, config, torch_inputs, label, settings)
         specs = graph_inputs(exported, comp)
         feed_inputs = config.generate_dummy_inputs_for_validation(dict(inputs), [i.name for i in specs])
     feed = _flatten_inputs(config, feed_inputs)
@@ -320,6 +308,23 @@ def _make_case(
         feed.update(_empty_past(specs, feed, kwargs["batch_size"]))
     found = _flatten_outputs(config, result) if result is not None else {}
     return Case(label, branch, torch_inputs, feed, found, outputs, config)
+
+
+def _forward(comp: Component, config: OnnxConfig, torch_inputs: dict[str, Any], label: str, settings: Settings) -> Any:
+    """PyTorch's outputs on ``torch_inputs``, from the model as loaded (a forward may have changed its state)."""
+    import torch
+
+    assert comp.torch_module is not None  # cases() checked it
+    if comp.as_loaded is not None:
+        comp.as_loaded.restore()
+    try:
+        patched = config.patch_model_for_export(comp.torch_module)
+        with torch_threads(settings.threads), patched, torch.inference_mode():
+            return comp.torch_module(**copy.deepcopy(torch_inputs))
+    except Exception as exc:  # noqa: BLE001 - any PyTorch failure is a verify error
+        if is_our_bug(exc):
+            raise
+        raise VerifyError(f"PyTorch forward of {comp.name} at {label} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _empty_past(specs: list[onnx.ValueInfoProto], feed: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:

@@ -150,6 +150,8 @@ def too_big_to_hold(exported: ExportedModel, settings: Settings) -> bool:
     """Whether the model is too big to hold its torch model through optimize, or two sessions at once."""
     weights = exported.details.get("weights_bytes")
     return isinstance(weights, int) and weights > settings.external_data_threshold
+
+
 @dataclass
 class _Conditions:
     threads: int

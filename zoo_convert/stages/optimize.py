@@ -363,8 +363,9 @@ Q4_BLOCK_SIZE = 32
 def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
     """4-bit weight-only quantization of the plain export's MatMuls with a constant weight (``MatMulNBits``).
 
-    Weight-only: activations stay float32. The plain export, not the fused one: the fusers fold the Q/K/V MatMuls into Attention nodes,
-    which MatMulNBits cannot reach. Gather (embeddings), Gemm and Conv weights stay float32.
+    Weight-only: activations stay float32. The plain export, not the fused one: the fusers fold
+    the Q/K/V MatMuls into Attention nodes, which MatMulNBits cannot reach. Gather (embeddings),
+    Gemm and Conv weights stay float32.
     """
     with _quiet_root(), _quiet(_NBITS_MODULE):  # it logs every node it visits at INFO
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
