@@ -9,7 +9,7 @@ same words::
      ├── ManifestError              manifest_error        (carries row, column)
      ├── FetchError                 fetch_error, fetch_not_found, fetch_transient
      ├── UnsafeCheckpointError      fetch_unsafe          (pickle-only, remote code, bad id)
-     ├── ExportError                export_error, export_unsupported
+     ├── ExportError                export_error, export_unsupported, export_weights_mismatch
      ├── CheckError                 check_error
      ├── OptimizeError              optimize_error
      │    ├── QuantizeError         a graph quantize.py cannot write (opset, size, unsafe data path)
@@ -67,6 +67,9 @@ class FailureKind(str, Enum):
     FETCH_UNSAFE = "fetch_unsafe"
     EXPORT_UNSUPPORTED = "export_unsupported"
     EXPORT_ERROR = "export_error"
+    # The checkpoint's weights do not cover the model exported from it (missing, unused or
+    # mismatched tensors): the graph would verify against whatever transformers initialised.
+    EXPORT_WEIGHTS_MISMATCH = "export_weights_mismatch"
     CHECK_ERROR = "check_error"
     OPTIMIZE_ERROR = "optimize_error"
     VERIFY_ERROR = "verify_error"

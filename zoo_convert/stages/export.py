@@ -12,14 +12,20 @@ Two exporters share one shape of result:
 Both keep the loaded torch module and optimum's OnnxConfig on each
 :class:`Component`, so verify can regenerate inputs and run PyTorch without
 reloading the checkpoint.
+
+Both export only a model the checkpoint's weights cover (:func:`check_weights`):
+the PyTorch reference is the same in-memory model, so a tensor transformers
+initialised at random would agree with itself and pass.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, first_line, is_our_bug
@@ -27,6 +33,9 @@ from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, shape_kwargs
 from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
+
+if TYPE_CHECKING:
+    import torch
 
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # Tasks whose inputs are images or audio, sized by a processor config.
@@ -51,6 +60,8 @@ _IMAGE_AUDIO_TASKS = frozenset(
 )
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+# How many key names a weights_mismatch message lists of each kind (the counts are all there).
+_NAMES_SHOWN = 3
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
@@ -135,12 +146,19 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     return task
 
 
-def _load_model(ckpt: Checkpoint, task: str) -> Any:
-    """Load the torch model the way optimum's main_export does (fp32, eval, cache per task)."""
+def _load_model(ckpt: Checkpoint, task: str) -> tuple[Any, LoadingReport | None]:
+    """Load the torch model the way optimum's main_export does (fp32, eval, cache per task), with its loading report.
+
+    transformers hands its report back from the same ``from_pretrained`` call
+    (``output_loading_info``), so the weights are read once; ``ignore_mismatched_sizes``
+    makes a tensor of another shape a line of the report instead of an exception.
+    Other libraries' loaders give none here (None).
+    """
     import torch
     from optimum.exporters.tasks import TasksManager
 
-    model = TasksManager.get_model_from_task(
+    with_report = ckpt.library == "transformers"
+    loaded = TasksManager.get_model_from_task(
         task,
         str(ckpt.path),
         framework="pt",
@@ -149,7 +167,16 @@ def _load_model(ckpt: Checkpoint, task: str) -> Any:
         library_name=ckpt.library,
         trust_remote_code=ckpt.trust_remote_code,
         local_files_only=True,
+        **({"output_loading_info": True, "ignore_mismatched_sizes": True} if with_report else {}),
     )
+    model, info = loaded if with_report else (loaded, None)
+    report = None
+    if info is not None:
+        report = LoadingReport(
+            missing=tuple(info["missing_keys"]),
+            unexpected=tuple(info["unexpected_keys"]),
+            mismatched=tuple(info["mismatched_keys"]),
+        )
     model.eval()
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "use_cache"):
@@ -157,7 +184,176 @@ def _load_model(ckpt: Checkpoint, task: str) -> Any:
     if config is not None and task == "text-classification" and getattr(config, "pad_token_id", None) is None:
         # optimum needs a pad id to pick the last token; the tokenizer's is the real one
         config.pad_token_id = _tokenizer_pad_id(ckpt)
-    return model
+    return model, report
+
+
+@dataclass(frozen=True)
+class LoadingReport:
+    """What loading a checkpoint's weights into the model to export left uncovered.
+
+    transformers' report (``output_loading_info``) already leaves out what the model's class
+    declares ignorable: ``_keys_to_ignore_on_load_missing`` / ``_unexpected``, non-persistent
+    buffers, a tied weight saved once. A loader of another library (timm) fills the same fields.
+
+    Attributes:
+        missing: the model's tensors the checkpoint has none for (left as initialised).
+        unexpected: the checkpoint's tensors the model has no place for.
+        mismatched: tensors whose shape in the checkpoint is not the model's (left as initialised).
+    """
+
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    mismatched: tuple[str, ...] = ()
+
+
+def check_weights(
+    ckpt: Checkpoint,
+    task: str,
+    model: Any,
+    report: LoadingReport | None,
+    parts: Iterable[tuple[Any, Any]],
+    shapes: dict[str, int],
+) -> dict[str, Any]:
+    """Refuse (``export_weights_mismatch``) a model its checkpoint's weights do not cover; returns what was tolerated.
+
+    Tolerated, and recorded: the task head of a checkpoint exported as its base model (a
+    masked-LM's ``cls.*`` under feature-extraction), and missing parameters no exported output
+    depends on (BertModel's pooler under feature-extraction), found by a backward pass from
+    the exported outputs (``parts``: optimum's (module, OnnxConfig) per graph, fed its dummy
+    inputs at ``shapes``). Everything else missing, unused or of another shape is refused.
+    """
+    if report is None:
+        return {}
+    head = _dropped_head(ckpt.path, model, report.unexpected)
+    unused = [k for k in report.unexpected if k not in head]
+    params: dict[str, torch.nn.Parameter] = {}
+    missing: list[str] = []
+    for key in report.missing:
+        try:
+            params[key] = model.get_parameter(key)
+        except AttributeError:  # a persistent buffer: it holds state the forward reads
+            if not key.endswith("num_batches_tracked"):  # counts training steps; eval never reads it
+                missing.append(key)
+    reached = _reached(parts, params, shapes)
+    missing += [k for k in params if k in reached]
+    problems = [
+        f"{_count(keys)} {what} ({_names(keys)})"
+        for keys, what in (
+            (missing, "missing from the checkpoint, left as initialised at random"),
+            (unused, "of the checkpoint unused by it"),
+            (report.mismatched, "of another shape in the checkpoint, left as initialised at random"),
+        )
+        if keys
+    ]
+    if problems:
+        raise ExportError(
+            f"the checkpoint's weights do not cover {type(model).__name__} (task {task}): "
+            + "; ".join(problems)
+            + _task_hint(ckpt, task, type(model).__name__),
+            kind=FailureKind.EXPORT_WEIGHTS_MISMATCH,
+        )
+    tolerated = {"unused_head": sorted(head), "missing_unused": sorted(k for k in params if k not in reached)}
+    return {k: v for k, v in tolerated.items() if v}
+
+
+def _count(keys: Iterable[str]) -> str:
+    n = len(list(keys))
+    return f"{n} tensor" if n == 1 else f"{n} tensors"
+
+
+def _names(keys: Iterable[str]) -> str:
+    shown = list(keys)
+    return ", ".join(shown[:_NAMES_SHOWN]) + (", ..." if len(shown) > _NAMES_SHOWN else "")
+
+
+def _dropped_head(folder: Path, model: Any, unexpected: Iterable[str]) -> set[str]:
+    """The unexpected keys that are a task head the export leaves out: the model is the checkpoint's base model.
+
+    transformers names such a head by its checkpoint key (``cls.predictions.bias``), and the
+    base model's own unused tensors without its prefix (``encoder.layer.0...`` of ``bert.encoder...``):
+    the checkpoint's key names tell them apart.
+    """
+    prefix = getattr(model, "base_model_prefix", "")
+    if not prefix or getattr(model, "base_model", None) is not model:
+        return set()
+    keys = _checkpoint_keys(folder)
+    return {k for k in unexpected if not k.startswith(f"{prefix}.") and k in keys and f"{prefix}.{k}" not in keys}
+
+
+def _checkpoint_keys(folder: Path) -> set[str]:
+    """The tensor names of a checkpoint's weight files, read from their headers (pickle files on the meta device)."""
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    safe = sorted(folder.glob("*.safetensors"))
+    for file in safe:
+        with safe_open(str(file), framework="pt") as fh:
+            keys.update(fh.keys())
+    if not safe:  # fetch accepted pickle weights (allow_pickle): transformers read them the same way
+        from transformers.modeling_utils import load_state_dict
+
+        for file in sorted(folder.glob("pytorch_model*.bin")):
+            keys.update(load_state_dict(str(file), map_location="meta", weights_only=True))
+    return keys
+
+
+def _reached(parts: Iterable[tuple[Any, Any]], params: dict[str, torch.nn.Parameter], shapes: dict[str, int]) -> set[str]:
+    """The ``params`` some exported output depends on: a backward pass from every output on the dummy inputs.
+
+    A forward that fails, or a parameter it cannot differentiate, counts as reached: what
+    cannot be shown unused is not excused. The module's state is put back after the forward.
+    """
+    import torch
+
+    reached: set[str] = set()
+    for module, config in parts:
+        mine = {id(p) for p in module.parameters()}
+        wanted = {n: p for n, p in params.items() if id(p) in mine and n not in reached}
+        reached.update(n for n, p in wanted.items() if not p.requires_grad)
+        wanted = {n: p for n, p in wanted.items() if p.requires_grad}
+        if not wanted:
+            continue
+        state = ModuleState(module)
+        try:
+            inputs = config.rename_ambiguous_inputs(config.generate_dummy_inputs(framework="pt", **shapes))
+            with torch.enable_grad(), config.patch_model_for_export(module):
+                ends = [t.sum() for t in _tensors(module(**inputs)) if t.requires_grad]
+            grads = torch.autograd.grad(ends, list(wanted.values()), allow_unused=True) if ends else (None,) * len(wanted)
+        except Exception:  # noqa: BLE001 - unproven is not excused
+            reached.update(wanted)
+            continue
+        finally:
+            state.restore()
+        reached.update(n for n, g in zip(wanted, grads) if g is not None)
+    return reached
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a model's outputs (ModelOutput, tuples, a transformers cache)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif hasattr(value, "to_legacy_cache"):
+        yield from _tensors(value.to_legacy_cache())
+
+
+def _task_hint(ckpt: Checkpoint, task: str, loaded: str) -> str:
+    """Which task the checkpoint's weights are for, when its ``architectures`` names another one."""
+    from optimum.exporters.tasks import TasksManager
+
+    mappings = TasksManager._TRANSFORMERS_TASKS_TO_MODEL_MAPPINGS
+    for arch in ckpt.config.get("architectures") or ():
+        fits = [t for t, classes in mappings.items() if arch in classes.values()]
+        if fits and arch != loaded and task.removesuffix("-with-past") not in fits:
+            return f"; the checkpoint's weights are for {arch}: try task {fits[0]}"
+    return ""
 
 
 def _tokenizer_pad_id(ckpt: Checkpoint) -> int:
@@ -180,8 +376,10 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     from optimum.exporters.onnx.convert import export_models
     from optimum.utils import DEFAULT_DUMMY_SHAPES
 
-    model = _load_model(ckpt, task)
+    model, report = _load_model(ckpt, task)
     main_config, models_and_configs = _submodels(ckpt, model, task)
+    shapes = {**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)}
+    weights = check_weights(ckpt, task, model, report, models_and_configs.values(), shapes)
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
     as_loaded = ModuleState(model)
@@ -190,7 +388,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         output_dir=onnx_dir,
         opset=opset,
         output_names=subpaths,
-        input_shapes={**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)},
+        input_shapes=shapes,
         device="cpu",
         dtype="fp32",
     )
@@ -207,7 +405,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
         for sub, (module, config) in by_file.items()
     ]
-    return components, {"exporter": "optimum"}
+    return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
 
 
 def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
@@ -253,8 +451,9 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             "needs past key values (use exporter optimum)",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
-    model = _load_model(ckpt, task)
+    model, report = _load_model(ckpt, task)
     _, parts = _submodels(ckpt, model, task)
+    weights = check_weights(ckpt, task, model, report, parts.values(), {})
     if len(parts) != 1:
         raise ExportError(
             f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "
@@ -286,7 +485,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     program.save(str(path), external_data=False)
     _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
     component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
-    return [component], {"exporter": "torch"}
+    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
 
 
 def _name_dynamic_axes(path: Path, axes: dict[str, dict[int, str]]) -> None:
