@@ -55,6 +55,9 @@ MESSAGE_LIMIT = 1000
 # How a verify_numerics message starts when only the long verify shape failed: a graph
 # right for short inputs only, apart from a wrong one (``message LIKE 'long inputs only:%'``).
 LONG_INPUTS_ONLY = "long inputs only"
+# How the verify_numerics message of a variant starts when its own checks passed but its fp32
+# sibling, made from the same export, failed: one export, one structural verdict.
+STRUCTURE_FAILED = "fp32 of the same export failed verification"
 
 
 class FailureKind(str, Enum):
