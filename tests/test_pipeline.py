@@ -537,7 +537,6 @@ def test_a_variant_is_no_better_than_the_export_it_was_made_from(zoo_dir: Path, 
     """bigbird's fp32 fails at 1x128 (the export froze the wrong attention path); its fp16 and int8, made from
     the same export, land inside their looser tolerances, and fail with fp32's cause, their own numbers kept.
     The DB's cells, ``db status``, the card and the publisher's file list see them failed."""
-    from zoo_convert.errors import STRUCTURE_FAILED
     from zoo_convert.publish import load_candidates
     from zoo_convert.publish.card import model_card
     from zoo_convert.publish.files import repo_files
@@ -551,6 +550,8 @@ def test_a_variant_is_no_better_than_the_export_it_was_made_from(zoo_dir: Path, 
     for name in ("fp16", "int8"):
         v = result.variant(name)
         assert (v.status, v.failure_kind) == ("failed", "verify_numerics"), v.message
+        from zoo_convert.errors import STRUCTURE_FAILED
+
         assert v.message.startswith(f"{STRUCTURE_FAILED} ({name}'s own checks passed: max abs ")
         assert v.message.endswith(f"): {fp32.message}")
         # its own numbers: every check inside its tolerance, the 1x128 ones included

@@ -281,6 +281,16 @@ def test_checkpoint_tensors_the_model_never_uses_are_weights_mismatch(zoo_dir: P
     assert "try task" not in message  # the weights are for this task: no other to suggest
 
 
+def test_a_base_checkpoints_unused_layers_are_no_head_left_out(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """A BertModel checkpoint (sentence-transformers) with zero layers: its unprefixed layer tensors are unused, not a head."""
+    src = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "sentence-bert", src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "num_hidden_layers": -1}))
+    message = _refused(src, "feature-extraction", tmp_path, checkpoint)
+    assert "32 tensors of the checkpoint unused by it (encoder.layer.0." in message
+
+
 def test_tensors_of_another_shape_are_weights_mismatch(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
     """A config that no longer fits its weights (vocab_size grown) is refused, not an exporter traceback."""
     vocab = json.loads((zoo_dir / "bert" / "config.json").read_text())["vocab_size"]

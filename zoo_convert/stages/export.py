@@ -169,6 +169,7 @@ def _load_model(ckpt: Checkpoint, task: str) -> tuple[Any, LoadingReport | None]
         local_files_only=True,
         **({"output_loading_info": True, "ignore_mismatched_sizes": True} if with_report else {}),
     )
+    # transformers returns (model, report); optimum's standardize_model_attributes does nothing to a transformers model
     model, info = loaded if with_report else (loaded, None)
     report = None
     if info is not None:
@@ -277,6 +278,8 @@ def _dropped_head(folder: Path, model: Any, unexpected: Iterable[str]) -> set[st
     if not prefix or getattr(model, "base_model", None) is not model:
         return set()
     keys = _checkpoint_keys(folder)
+    if not any(k.startswith(f"{prefix}.") for k in keys):
+        return set()  # a base model's own checkpoint: it has no head to leave out
     return {k for k in unexpected if not k.startswith(f"{prefix}.") and k in keys and f"{prefix}.{k}" not in keys}
 
 
