@@ -28,6 +28,8 @@ ZOO_FAILURES = {
     # traced at 16 tokens, the graph keeps the short-input path: wrong at the long shape only
     "bigbird": {"fp32": "verify_numerics"},
     "phi3-longrope": {"fp32": "verify_numerics", "fp16": "verify_numerics"},
+    # exported with the full attention optimum's patcher switches it to: wrong at the long shape only
+    "bigbird-pegasus": {"fp32": "verify_numerics", "fp16": "verify_numerics"},
     # ONNX Runtime's CPU layout optimizer crashes loading the fp16 graph
     "wavlm": {"fp16": "optimize_error"},
 }
@@ -69,7 +71,8 @@ def test_a_model_right_for_short_inputs_only_is_told_apart(
     from zoo_convert.store import ResultStore
 
     long_only = {name for name, r in zoo_results.items() if r.message and LONG_INPUTS_ONLY in r.message}
-    assert long_only == {"bigbird", "phi3-longrope"}  # block-sparse attention, longrope past its original context
+    # block-sparse attention (frozen by the trace, or by the export's patcher), longrope past its original context
+    assert long_only == {"bigbird", "bigbird-pegasus", "phi3-longrope"}
     for name in long_only:
         fp32 = zoo_results[name].variant("fp32")
         assert fp32.failure_kind == "verify_numerics"

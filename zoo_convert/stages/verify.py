@@ -168,10 +168,10 @@ def sampling(exported: ExportedModel) -> str | None:
     for comp in exported.components:
         ops = sorted({n.op_type for g in onnx_graph.graphs(comp.graph.graph) for n in g.node if n.op_type in RANDOM_OPS})
         if ops:
-            found.append(f"the graph {comp.name} draws random numbers ({', '.join(ops)})")
+            found.append(f"{comp.path.name} draws random numbers ({', '.join(ops)})")
         differ = exported.cache.unrepeatable.get(comp.name)
         if differ:
-            found.append(f"PyTorch's {comp.name} gave another {', '.join(differ)} on the same input run twice")
+            found.append(f"PyTorch's {comp.name} differs from itself on the same input ({', '.join(differ)})")
     if not found:
         return None
     return f"inconclusive: the model samples: {'; '.join(found)}, so no two runs of it can be compared"
