@@ -29,6 +29,9 @@ ZOO_FAILURES = {
     # so is every variant made from it (fp16 and int8 of bigbird, int8 of phi3-longrope, pass their own checks)
     "bigbird": {"fp32": "verify_numerics", "fp16": "verify_numerics", "int8": "verify_numerics"},
     "phi3-longrope": {"fp32": "verify_numerics", "fp16": "verify_numerics", "int8": "verify_numerics"},
+    # exported with the full attention optimum's patcher switches it to: wrong at the long shape only,
+    # and so is every variant made from it
+    "bigbird-pegasus": {"fp32": "verify_numerics", "fp16": "verify_numerics", "int8": "verify_numerics"},
     # ONNX Runtime's CPU layout optimizer crashes loading the fp16 graph
     "wavlm": {"fp16": "optimize_error"},
 }
@@ -50,7 +53,7 @@ def test_every_zoo_model_and_variant_ends_as_expected(zoo_results: dict[str, Con
     """Each variant verified (within its tolerance: fp32's max abs is 1e-4) or failed with its expected kind."""
     from zoo_convert import zoo
 
-    assert list(zoo_results) == [m.name for m in zoo.ZOO] and len(zoo_results) == 57
+    assert list(zoo_results) == [m.name for m in zoo.ZOO] and len(zoo_results) == 59
     got = {name: {v.variant: v.failure_kind or v.status for v in r.variants} for name, r in zoo_results.items()}
     expected = {name: {v: ZOO_FAILURES.get(name, {}).get(v, "passed") for v in DEFAULT_VARIANTS} for name in got}
     assert got == expected, {n: (r.failure_kind, r.message) for n, r in zoo_results.items() if got[n] != expected[n]}
@@ -70,7 +73,8 @@ def test_a_model_right_for_short_inputs_only_is_told_apart(
     from zoo_convert.store import ResultStore
 
     long_only = {name for name, r in zoo_results.items() if r.message and LONG_INPUTS_ONLY in r.message}
-    assert long_only == {"bigbird", "phi3-longrope"}  # block-sparse attention, longrope past its original context
+    # block-sparse attention (frozen by the trace, or by the export's patcher), longrope past its original context
+    assert long_only == {"bigbird", "bigbird-pegasus", "phi3-longrope"}
     for name in long_only:
         fp32 = zoo_results[name].variant("fp32")
         assert fp32.failure_kind == "verify_numerics"

@@ -230,10 +230,13 @@ class NumericsMismatchError(VerifyError):
     ) -> None:
         failed = sum(not c.passed for c in checks)
         where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
+        numbers = (
+            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
+            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
+        )
         super().__init__(
             f"{where}{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
-            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
-            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}{note}"
+            f"{worst.mismatch or numbers}{note}"
         )
         self.worst = worst
         self.tolerance = tolerance

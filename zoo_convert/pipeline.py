@@ -167,6 +167,9 @@ def _verified(
                     kind = found.error_kind or FailureKind.VERIFY_ERROR.value
                     return replace(_checked(base, tuple(checks)), failure_kind=kind, message=found.error,
                                    traceback=found.traceback)  # fmt: skip
+            sampled = verify.sampling(exported)
+            if sampled is not None:  # numbers that can neither pass nor fail it
+                return replace(_checked(base, tuple(checks)), status=INCONCLUSIVE, message=sampled)
             base = _checked(base, verify.judge(exported, artifact, tuple(checks), settings))
             why = verify.inconclusive(exported, settings)
         return replace(base, status=PASSED if why is None else INCONCLUSIVE, message=why)
