@@ -60,7 +60,8 @@ class Component:
     """One ONNX graph of an export (``model``, ``encoder_model``, ``decoder_model_merged``...).
 
     Attributes:
-        name: the file stem under onnx/ (``model`` -> onnx/model.onnx).
+        name: the file stem under onnx/ (``model`` -> onnx/model.onnx); a diffusers pipeline's
+            component folder (``unet`` -> unet/model.onnx).
         path: the fp32 .onnx file as exported.
         onnx_config: optimum's OnnxConfig for this component (input/output names,
             dynamic axes, dummy input generators); both exporters set it.
@@ -69,6 +70,8 @@ class Component:
             every reference forward (shared by the components of one model).
         graph: the exported graph without its weights (the job keeps them in ``<file>_data``
             beside it): read once, for the op census, the input names and the fusion's census.
+        model_type: the component's own model type where it is not the checkpoint's (a diffusers
+            pipeline's ``clip-text``, ``unet-2d-condition``, ``vae-decoder``): optimize picks its fuser by it.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Component:
     onnx_config: OnnxConfig | None = None
     torch_module: torch.nn.Module | None = None
     as_loaded: ModuleState | None = None
+    model_type: str | None = None
     _graph: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
 
     @property
