@@ -19,8 +19,10 @@ Only light imports at module level: fetch calls :func:`is_pipeline` in the farm 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,15 +206,16 @@ def export(ckpt: Checkpoint, task: str, opset: int | None, out_dir: Path) -> tup
     from .stages import Component
 
     sources = pipeline_files(ckpt.path)  # before loading: a file linked out of the pipeline is refused first
-    pipeline = TasksManager.get_model_from_task(
-        task,
-        str(ckpt.path),
-        framework="pt",
-        torch_dtype=torch.float32,
-        device="cpu",
-        library_name="diffusers",
-        local_files_only=True,
-    )
+    with _quiet_loader():
+        pipeline = TasksManager.get_model_from_task(
+            task,
+            str(ckpt.path),
+            framework="pt",
+            torch_dtype=torch.float32,
+            device="cpu",
+            library_name="diffusers",
+            local_files_only=True,
+        )
     parts = get_diffusion_models_for_export(pipeline, int_dtype="int64", float_dtype="fp32", exporter="onnx")
     for name in parts:
         _clear(out_dir / name)
@@ -252,6 +255,22 @@ def export(ckpt: Checkpoint, task: str, opset: int | None, out_dir: Path) -> tup
         for (name, (module, config)), sub in zip(parts.items(), subpaths)
     ]
     return comps, {"exporter": "optimum", "pipeline": ckpt.model_type, "components": list(parts)}
+
+
+@contextlib.contextmanager
+def _quiet_loader() -> Iterator[None]:
+    """diffusers' loader without its progress bar and notices (accelerate missing), which land between our lines."""
+    from diffusers.utils import logging as diffusers_logging
+
+    bar, level = diffusers_logging.is_progress_bar_enabled(), diffusers_logging.get_verbosity()
+    diffusers_logging.disable_progress_bar()
+    diffusers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        diffusers_logging.set_verbosity(level)
+        if bar:
+            diffusers_logging.enable_progress_bar()
 
 
 def _clear(folder: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -259,9 +259,11 @@ WEIGHT_NOISE = 0.02
 
 def _build_pipeline(spec: ZooModel, folder: Path) -> None:
     """A diffusers Stable Diffusion pipeline of tiny seeded components, saved with ``save_pretrained``."""
+    import diffusers
     import torch
-    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPImageProcessor, CLIPTextConfig, CLIPTextModel
+
+    lib: Any = diffusers  # its @register_to_config constructors carry no annotations
 
     assert spec.tokenizer is not None  # the catalogue gives every pipeline one
     tokenizer = make_tokenizer(spec.tokenizer)
@@ -270,20 +272,20 @@ def _build_pipeline(spec: ZooModel, folder: Path) -> None:
            for role in ("bos_token", "eos_token", "pad_token")}  # fmt: skip
     conf = spec.config
     torch.manual_seed(model_seed(spec.name))
-    unet = UNet2DConditionModel(**conf["unet"])
-    vae = AutoencoderKL(**conf["vae"])
+    unet = lib.UNet2DConditionModel(**conf["unet"])
+    vae = lib.AutoencoderKL(**conf["vae"])
     text_encoder = CLIPTextModel(CLIPTextConfig(**conf["text_encoder"], vocab_size=len(tokenizer), **ids))
     with torch.no_grad():
         for module in (unet, vae, text_encoder):
             for p in module.parameters():
                 p.add_(WEIGHT_NOISE * torch.randn_like(p))
     size = conf["vae"]["sample_size"]
-    pipeline = StableDiffusionPipeline(
+    pipeline = lib.StableDiffusionPipeline(
         vae=vae,
         text_encoder=text_encoder,
         tokenizer=tokenizer,
         unet=unet,
-        scheduler=DDIMScheduler(**conf["scheduler"]),
+        scheduler=lib.DDIMScheduler(**conf["scheduler"]),
         safety_checker=None,
         feature_extractor=CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size}),
         requires_safety_checker=False,
