@@ -132,6 +132,12 @@ def test_pickle_only_component_is_refused_and_a_missing_one_named(sd_dir: Path, 
     assert "lists vae but the pipeline has no vae/ folder" in (result.message or "")
 
 
+def test_the_torch_exporter_says_a_pipeline_is_optimums(sd_dir: Path, tmp_path: Path) -> None:
+    result = convert_one(ManifestEntry(source=str(sd_dir), exporter="torch"), Settings(out_dir=str(tmp_path)))
+    assert (result.failure_kind, result.stage, result.library) == (FailureKind.EXPORT_UNSUPPORTED.value, "export", "diffusers")
+    assert "use exporter optimum" in (result.message or "")
+
+
 def test_hub_files_take_each_component_and_leave_variants_and_single_files() -> None:
     files = (
         "model_index.json", "v1-5-pruned.ckpt", "v1-5-pruned-emaonly.safetensors", "README.md",

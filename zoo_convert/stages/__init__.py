@@ -37,12 +37,12 @@ class Checkpoint:
     """A checkpoint on local disk, resolved and vetted.
 
     Attributes:
-        path: folder holding config.json and the weights.
+        path: folder holding config.json and the weights (a diffusers pipeline: model_index.json and its component folders).
         resolved_revision: hub commit sha, or ``sha256:<hex>`` of a local folder's contents.
         model_type: ``config.model_type``.
         task: the task to export (given or inferred from ``config.architectures``).
         library: transformers, sentence_transformers, timm, ...
-        config: the parsed config.json.
+        config: the parsed config.json (a pipeline's model_index.json).
         trust_remote_code: whether loading may run code from the checkpoint.
     """
 
