@@ -171,3 +171,61 @@ def test_hub_pipeline_is_fetched_component_by_component(hub: tuple[HubServer, st
     got = {p.relative_to(ckpt.path).as_posix() for p in ckpt.path.rglob("*") if p.is_file()}
     assert {"model_index.json", "unet/diffusion_pytorch_model.safetensors", "tokenizer/tokenizer.json"} <= got
     assert not {"sd-pruned.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors"} & got
+
+
+def _tiny_sdxl(folder: Path) -> None:
+    """An SDXL pipeline: two text encoders (the second with its projection) and a UNet conditioned on text_time."""
+    import torch
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    from zoo_convert.zoo.tokenizers import clip_bpe, make_tokenizer
+
+    spec = next(m for m in zoo.ZOO if m.name == NAME).config
+    tok = make_tokenizer(clip_bpe())
+    tok.model_max_length = 16
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    text = CLIPTextConfig(**spec["text_encoder"], vocab_size=len(tok), **ids)
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(
+        **{**spec["unet"], "cross_attention_dim": 64},  # both encoders' hidden states, concatenated
+        addition_embed_type="text_time",
+        addition_time_embed_dim=8,
+        projection_class_embeddings_input_dim=32 + 6 * 8,  # pooled text embeds + 6 time ids
+    )
+    encoders = (CLIPTextModel(text), CLIPTextModelWithProjection(text))
+    with torch.no_grad():
+        for module in (unet, *encoders):
+            for p in module.parameters():
+                p.add_(0.02 * torch.randn_like(p))
+    StableDiffusionXLPipeline(
+        vae=AutoencoderKL(**spec["vae"]),
+        text_encoder=encoders[0],
+        text_encoder_2=encoders[1],
+        tokenizer=tok,
+        tokenizer_2=tok,
+        unet=unet,
+        scheduler=EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1),
+    ).save_pretrained(folder, safe_serialization=True)
+
+
+@pytest.mark.slow  # builds and exports five graphs: about 20 s of CPU
+def test_sdxl_pipeline_with_two_text_encoders(tmp_path: Path) -> None:
+    import torch
+    from diffusers import StableDiffusionXLPipeline
+    from optimum.onnxruntime import ORTStableDiffusionXLPipeline
+
+    _tiny_sdxl(tmp_path / "sdxl")
+    result = convert_one(
+        ManifestEntry(source=str(tmp_path / "sdxl"), variants=("fp32",)), Settings(out_dir=str(tmp_path / "out"), benchmark=False)
+    )
+    assert (result.status, result.model_type, result.task) == ("passed", "StableDiffusionXLPipeline", "text-to-image"), result.message
+    fp32 = result.variant("fp32")
+    assert fp32 is not None
+    assert {c.output.split("/")[0] for c in fp32.outputs} == {"text_encoder", "text_encoder_2", *COMPONENTS[1:]}
+    assert {"text_encoder_2/text_embeds", "unet/out_sample"} <= {c.output for c in fp32.outputs}
+    latents = torch.randn((1, 4, 8, 8), generator=torch.Generator().manual_seed(0))
+    kw = dict(num_inference_steps=STEPS, guidance_scale=5.0, latents=latents, height=16, width=16, output_type="np")
+    want = StableDiffusionXLPipeline.from_pretrained(tmp_path / "sdxl", torch_dtype=torch.float32)(PROMPT, **kw).images
+    got = ORTStableDiffusionXLPipeline.from_pretrained(result.artifacts_dir)(PROMPT, **kw).images
+    assert np.asarray(want).std() > 0.05 and np.abs(np.asarray(want) - np.asarray(got)).max() < 1e-4
