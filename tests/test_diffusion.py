@@ -51,6 +51,10 @@ def test_pipeline_folder_is_one_job_of_every_component(converted: ConversionResu
     outputs = {c.output for c in fp32.outputs}
     assert {"unet/out_sample", "vae_encoder/latent_parameters", "vae_decoder/sample"} <= outputs
     assert {c.shape.split("/")[0] for c in fp32.outputs if c.output == "unet/out_sample"} == {"1x7", "3x19"}
+    # each component is optimized as its own model type: the text encoder with the transformers optimizer's clip fuser
+    text = fp32.optimizer["components"]["text_encoder"]
+    assert (text["method"], text["optimizer_model_type"]) == ("transformers_optimizer", "clip"), text
+    assert fp32.optimizer["components"]["unet"]["model_type"] == "unet-2d-condition"
     export = next(s for s in converted.stages if s.stage == "export")
     assert export.details["components"] == list(COMPONENTS)
 
