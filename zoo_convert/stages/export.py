@@ -54,7 +54,7 @@ _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
-    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx`` (a diffusers pipeline: its component folders); raise ExportError on failure."""
     if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
         raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
     if ckpt.library == "diffusers":
