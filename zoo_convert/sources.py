@@ -83,6 +83,11 @@ def side_files(ckpt_dir: Path) -> list[Path]:
     return found + [p for name in modules if (p := _vetted(ckpt_dir, name, root)) is not None]
 
 
+def vetted_file(ckpt_dir: Path, name: str, root: Path) -> Path | None:
+    """``ckpt_dir / name`` when it is a regular file resolving inside ``root``; None when absent (see :func:`side_files`)."""
+    return _vetted(ckpt_dir, name, root)
+
+
 def _vetted(ckpt_dir: Path, name: str, root: Path) -> Path | None:
     """``ckpt_dir / name`` when it is a regular file resolving inside ``root``; None when absent."""
     path = ckpt_dir / name

@@ -37,12 +37,12 @@ class Checkpoint:
     """A checkpoint on local disk, resolved and vetted.
 
     Attributes:
-        path: folder holding config.json and the weights.
+        path: folder holding config.json and the weights (a diffusers pipeline: model_index.json and its component folders).
         resolved_revision: hub commit sha, or ``sha256:<hex>`` of a local folder's contents.
         model_type: ``config.model_type``.
         task: the task to export (given or inferred from ``config.architectures``).
         library: transformers, sentence_transformers, timm, ...
-        config: the parsed config.json.
+        config: the parsed config.json (a pipeline's model_index.json).
         trust_remote_code: whether loading may run code from the checkpoint.
     """
 
@@ -60,7 +60,8 @@ class Component:
     """One ONNX graph of an export (``model``, ``encoder_model``, ``decoder_model_merged``...).
 
     Attributes:
-        name: the file stem under onnx/ (``model`` -> onnx/model.onnx).
+        name: the file stem under onnx/ (``model`` -> onnx/model.onnx); a diffusers pipeline's
+            component folder (``unet`` -> unet/model.onnx).
         path: the fp32 .onnx file as exported.
         onnx_config: optimum's OnnxConfig for this component (input/output names,
             dynamic axes, dummy input generators); both exporters set it.
@@ -69,6 +70,8 @@ class Component:
             every reference forward (shared by the components of one model).
         graph: the exported graph without its weights (the job keeps them in ``<file>_data``
             beside it): read once, for the op census, the input names and the fusion's census.
+        model_type: the component's own model type where it is not the checkpoint's (a diffusers
+            pipeline's ``clip-text``, ``unet-2d-condition``, ``vae-decoder``): optimize picks its fuser by it.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Component:
     onnx_config: OnnxConfig | None = None
     torch_module: torch.nn.Module | None = None
     as_loaded: ModuleState | None = None
+    model_type: str | None = None
     _graph: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import onnx_graph
-from ..errors import ExportError, FailureKind, first_line, is_our_bug
+from .. import diffusion, onnx_graph
+from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, shape_kwargs
 from ..sources import sentence_transformers_files, side_files
@@ -65,9 +65,11 @@ _NAMES_SHOWN = 3
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
-    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx``; raise ExportError on failure."""
+    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx`` (a diffusers pipeline: its component folders); raise ExportError on failure."""
     if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
         raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    if ckpt.library == "diffusers":
+        return _export_diffusers(ckpt, entry, Path(out_dir))
     sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
@@ -99,6 +101,28 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if modules:
         details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
     return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
+
+
+def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> ExportedModel:
+    """A diffusers pipeline, component by component, in ORTDiffusionPipeline's layout (:mod:`zoo_convert.diffusion`)."""
+    if entry.exporter != "optimum":
+        raise ExportError(
+            f"diffusers pipelines are exported with optimum's split into components; exporter {entry.exporter!r} "
+            "exports one graph (use exporter optimum)",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    try:
+        components, details = diffusion.export(ckpt, ckpt.task, entry.opset, out_dir)
+    except ZooConvertError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
+        if is_our_bug(exc):
+            raise
+        raise ExportError(f"{type(exc).__name__}: {exc}") from exc
+    weights = _param_bytes(components)
+    for comp in components:
+        onnx_graph.externalize(comp.path)
+    return _describe(ckpt, out_dir, components, {**details, "task": ckpt.task, "weights_bytes": weights})
 
 
 def _missing_processor(ckpt: Checkpoint, task: str) -> str:
@@ -559,9 +583,8 @@ def _describe(ckpt: Checkpoint, out_dir: Path, components: list[Component], deta
         ir_version = max(ir_version, model.ir_version)
         opset = max(opset, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
         census.update(onnx_graph.op_census(model.graph))
-    files = {
-        str(p.relative_to(out_dir)): p.stat().st_size for p in sorted((out_dir / "onnx").rglob("*")) if p.is_file()
-    }
+    folders = sorted({comp.path.parent for comp in components})  # onnx/, or a pipeline's component folders
+    files = {str(p.relative_to(out_dir)): p.stat().st_size for d in folders for p in sorted(d.rglob("*")) if p.is_file()}
     return ExportedModel(
         checkpoint=ckpt,
         out_dir=out_dir,

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import diffusion
 from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
 from ..sources import is_hub_id, is_local, side_files
@@ -184,8 +185,10 @@ def download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
     from huggingface_hub.utils import filter_repo_objects
 
     wanted = list(filter_repo_objects(snap.files, allow_patterns=[*SIDE_FILES, *(SAFE_WEIGHTS if has_safe else PICKLE_WEIGHTS)]))
-    if "config.json" not in wanted:
-        raise FetchError(f"{entry.source}@{snap.sha[:12]}: no config.json in the repo — not a transformers checkpoint")
+    if diffusion.is_pipeline_repo(snap.files):
+        wanted = diffusion.hub_files(snap.files, entry.allow_pickle)
+    elif "config.json" not in wanted:
+        raise FetchError(f"{entry.source}@{snap.sha[:12]}: no config.json in the repo — not a transformers checkpoint (nor a diffusers pipeline: no model_index.json)")
 
     def get_all(api: HfApi) -> Path:
         paths = {
@@ -199,7 +202,8 @@ def download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
             )
             for name in wanted
         }
-        return Path(paths["config.json"]).parent
+        top = "config.json" if "config.json" in paths else diffusion.INDEX
+        return Path(paths[top]).parent
 
     folder = _hub_call(get_all, entry, settings)
     _remember_ref(folder, entry.revision or "main", snap.sha)
@@ -245,9 +249,11 @@ def _hub_call(fn: Callable[[HfApi], T], entry: ManifestEntry, settings: Settings
 
 
 def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
+    if diffusion.is_pipeline(path):
+        return diffusion.vet(path, resolved, entry)
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder")
+        raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder (nor a diffusers pipeline: no model_index.json)")
     try:
         parsed = json.loads(config_file.read_text())
     except OSError as exc:

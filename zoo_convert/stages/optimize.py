@@ -75,6 +75,10 @@ FUSION_TYPES = {
     "bert": "bert",
     "camembert": "bert",
     "clip": "clip",
+    # a diffusers pipeline's text encoders (the unet and vae fusers emit CUDA-only NhwcConv and GroupNorm:
+    # those components get ORT offline optimization on CPU)
+    "clip-text": "clip",
+    "clip-text-with-projection": "clip",
     "deberta": "bert",
     "deberta-v2": "bert",
     "dinov2": "vit",
@@ -156,9 +160,9 @@ def optimize(
     each graph in the child that made it once the job's PyTorch references are computed;
     without it, or before them, each graph is only loaded in ONNX Runtime.
     """
-    onnx_dir = exported.out_dir / "onnx"
     artifacts = {v: Artifact(variant=v, files={}, details={"components": {}}) for v in variants}
-    with tempfile.TemporaryDirectory(dir=onnx_dir, prefix=".optimize-") as scratch:
+    # Scratch on the artifacts' file system, so placing a variant is a rename.
+    with tempfile.TemporaryDirectory(dir=exported.out_dir, prefix=".optimize-") as scratch:
         for component in exported.components:
             made = _component(exported, component, variants, settings, Path(scratch), check)
             for variant, part in made.items():
@@ -177,8 +181,9 @@ def optimize(
         if "error" in art.details:
             _discard(art)
         _summarize(art)
+        stems = {c.name: c.path.stem for c in exported.components}
         for name, path in art.files.items():
-            for alias in variant_files(name, art.variant)[1:]:
+            for alias in variant_files(stems[name], art.variant)[1:]:
                 onnx_graph.link(path, path.with_name(alias))
     return artifacts
 
@@ -202,7 +207,7 @@ def _component(
     plain = component.path
     external = onnx_graph.disk_size(plain) > settings.external_data_threshold
     made: dict[str, _Made] = {}
-    final = {v: plain.with_name(variant_file(component.name, v)) for v in variants}
+    final = {v: plain.with_name(variant_file(plain.stem, v)) for v in variants}  # a pipeline's unet/model_fp16.onnx
     work = {v: scratch / component.name / v for v in (*variants, "fp32")}
     for folder in work.values():
         folder.mkdir(parents=True, exist_ok=True)
@@ -418,7 +423,7 @@ def _fp32(
 ) -> _Made:
     """In the child: the first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export."""
     plain = component.path
-    model_type = exported.checkpoint.model_type
+    model_type = component.model_type or exported.checkpoint.model_type
     t0 = time.perf_counter()
     if not settings.optimize:
         path = _as_final(plain, out, external)
@@ -443,7 +448,7 @@ def _fp32(
         def fused() -> tuple[Path, Counter[str]]:
             step("the transformers optimizer", f"fusing {plain.name}")
             path, details["fused_operator_statistics"], census = _fuse(
-                plain, out, fusion_type, exported.checkpoint.config, external, level
+                plain, out, fusion_type, _config(exported, component), external, level
             )
             return path, census
 
@@ -619,6 +624,14 @@ def _to_fp16(source: Path) -> tuple[onnx.ModelProto, int]:
     converted.remove_cascaded_cast_nodes()
     converted.remove_useless_cast_nodes()
     return converted.model, len(keep)
+
+
+def _config(exported: ExportedModel, component: Component) -> dict[str, Any]:
+    """The config the fuser reads heads and hidden size from: a pipeline component's own, else the checkpoint's."""
+    own = getattr(component.onnx_config, "_config", None)
+    if component.model_type is None or own is None:
+        return exported.checkpoint.config
+    return dict(own.to_dict() if hasattr(own, "to_dict") else own)
 
 
 def _heads_hidden(config: dict[str, Any]) -> tuple[int, int]:

@@ -7,7 +7,7 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,6 +97,9 @@ def build_model(spec: ZooModel, folder: Path) -> None:
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
+    if spec.library == "diffusers":
+        _build_pipeline(spec, folder)
+        return
     config_kwargs = copy.deepcopy(spec.config)  # composite configs pop keys from their sub-config dicts
     tokenizer = None
     if spec.tokenizer is not None:
@@ -245,3 +248,46 @@ def _write_sentence_transformers(folder: Path, dim: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(content, indent=2) + "\n")
     (folder / "2_Normalize").mkdir(exist_ok=True)
+
+
+# A pipeline's tokenizer pads every prompt to this many tokens (CLIP's 77 in real pipelines).
+PROMPT_TOKENS = 16
+# Seeded noise on every weight of a pipeline: diffusers initialises norms to 1/0 and some
+# projections to zero, parts a loader that skipped the weights would reproduce exactly.
+WEIGHT_NOISE = 0.02
+
+
+def _build_pipeline(spec: ZooModel, folder: Path) -> None:
+    """A diffusers Stable Diffusion pipeline of tiny seeded components, saved with ``save_pretrained``."""
+    import diffusers
+    import torch
+    from transformers import CLIPImageProcessor, CLIPTextConfig, CLIPTextModel
+
+    lib: Any = diffusers  # its @register_to_config constructors carry no annotations
+
+    assert spec.tokenizer is not None  # the catalogue gives every pipeline one
+    tokenizer = make_tokenizer(spec.tokenizer)
+    tokenizer.model_max_length = PROMPT_TOKENS
+    ids = {f"{role}_id": tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[role])
+           for role in ("bos_token", "eos_token", "pad_token")}  # fmt: skip
+    conf = spec.config
+    torch.manual_seed(model_seed(spec.name))
+    unet = lib.UNet2DConditionModel(**conf["unet"])
+    vae = lib.AutoencoderKL(**conf["vae"])
+    text_encoder = CLIPTextModel(CLIPTextConfig(**conf["text_encoder"], vocab_size=len(tokenizer), **ids))
+    with torch.no_grad():
+        for module in (unet, vae, text_encoder):
+            for p in module.parameters():
+                p.add_(WEIGHT_NOISE * torch.randn_like(p))
+    size = conf["vae"]["sample_size"]
+    pipeline = lib.StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=lib.DDIMScheduler(**conf["scheduler"]),
+        safety_checker=None,
+        feature_extractor=CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size}),
+        requires_safety_checker=False,
+    )
+    pipeline.save_pretrained(folder, safe_serialization=True)

@@ -70,6 +70,8 @@ class ZooModel:
         sentence_transformers: also write the sentence-transformers module files.
         exporter: the manifest row's exporter (``optimum`` or ``torch``).
         max_shard_size: save the weights in safetensors shards of at most this size.
+        library: ``transformers``, or ``diffusers`` for a pipeline (``config`` then holds each
+            component's arguments by folder: unet, vae, text_encoder, scheduler).
     """
 
     name: str
@@ -84,11 +86,13 @@ class ZooModel:
     sentence_transformers: bool = False
     exporter: str = "optimum"
     max_shard_size: str | None = None
+    library: str = "transformers"
 
     @property
     def tags(self) -> list[str]:
         """The manifest tags: ``zoo``, the family and the model type."""
         tags = ["zoo", f"family:{self.family}", f"model_type:{self.model_type}"]
+        tags += ["library:diffusers"] if self.library == "diffusers" else []
         return tags + (["library:sentence_transformers"] if self.sentence_transformers else [])
 
 
@@ -616,7 +620,7 @@ ZOO: tuple[ZooModel, ...] = (
         processor="vit",
     ),
     ZooModel("sew", "audio", "audio-classification", "sew", {**_SPEECH, "squeeze_factor": 1}, processor="wav2vec2"),
-    # What verify must check as users run it (issue 22).
+    # What verify must check as users run it.
     # Block-sparse attention above (5 + 2 * 1) * 8 = 56 tokens, as bigbird's; optimum's patcher exports
     # the encoder with full attention, so the graph is right up to 56 tokens and wrong at the long shape.
     ZooModel(
@@ -636,5 +640,45 @@ ZOO: tuple[ZooModel, ...] = (
         "nystromformer",
         {**_ENC, "segment_means_seq_len": 32, "num_landmarks": 8, "conv_kernel_size": 5},
         wordpiece(),
+    ),
+    # A Stable Diffusion pipeline: CLIP text encoder, UNet, VAE (latents 8x8 for 16x16 images), DDIM.
+    ZooModel(
+        "stable-diffusion",
+        "multimodal",
+        "text-to-image",
+        "StableDiffusionPipeline",
+        dict(
+            unet=dict(
+                sample_size=8,
+                layers_per_block=1,
+                block_out_channels=(32, 64),
+                down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+                cross_attention_dim=32,
+                attention_head_dim=8,
+                norm_num_groups=32,
+            ),
+            vae=dict(
+                sample_size=16,
+                layers_per_block=1,
+                block_out_channels=(32, 64),
+                down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+                up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+                latent_channels=4,
+                norm_num_groups=32,
+            ),
+            text_encoder={**_LAYERS, "max_position_embeddings": 77, "projection_dim": 32},
+            scheduler=dict(
+                beta_start=0.00085,
+                beta_end=0.012,
+                beta_schedule="scaled_linear",
+                clip_sample=False,
+                set_alpha_to_one=False,
+                steps_offset=1,
+            ),
+        ),
+        clip_bpe(),
+        processor="clip",
+        library="diffusers",
     ),
 )
