@@ -92,6 +92,8 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
 
 def _missing_processor(ckpt: Checkpoint, task: str) -> str:
     """What an export failure of an image or audio model may owe to its missing processor config."""
+    if ckpt.library == "timm":  # sized by its pretrained_cfg: a timm checkpoint has no processor config
+        return ""
     if any((ckpt.path / name).is_file() for name in _PROCESSOR_FILES):
         return ""
     config = ckpt.config
@@ -140,6 +142,8 @@ def _load_model(ckpt: Checkpoint, task: str) -> Any:
     import torch
     from optimum.exporters.tasks import TasksManager
 
+    if ckpt.library == "timm":
+        return _load_timm(ckpt).to(torch.float32).eval()
     model = TasksManager.get_model_from_task(
         task,
         str(ckpt.path),
@@ -158,6 +162,57 @@ def _load_model(ckpt: Checkpoint, task: str) -> Any:
         # optimum needs a pad id to pick the last token; the tokenizer's is the real one
         config.pad_token_id = _tokenizer_pad_id(ckpt)
     return model
+
+
+def _load_timm(ckpt: Checkpoint) -> Any:
+    """A timm checkpoint folder (``config.json`` with ``pretrained_cfg``, ``model.safetensors``), built as optimum builds one.
+
+    optimum loads timm with ``create_model("hf_hub:<id>")``, which refuses a folder; ``local-dir:``
+    is timm's own source for one (the architecture and model_args of its config.json, exportable
+    layers). A checkpoint fetched from the Hub is such a folder too: fetch downloaded it at its revision.
+    """
+    import timm
+
+    arch = ckpt.model_type
+    if not timm.is_model(arch):
+        raise ExportError(
+            f"{ckpt.path.name}: architecture {arch!r} is unknown to timm {timm.__version__}",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    model = timm.create_model(f"local-dir:{ckpt.path}", pretrained=False, exportable=True)
+    _load_timm_weights(model, ckpt.path)
+    return model
+
+
+def _load_timm_weights(model: Any, folder: Path) -> None:
+    """Load the folder's weights strictly: a key the model lacks or a tensor it does not get is an export error.
+
+    timm's own pretrained loading would pass a checkpoint's filter function and adapt the
+    classifier; a checkpoint saved by timm is the model's state dict as is, so anything
+    missing would be verified as a random init.
+    """
+    import safetensors.torch
+    import torch
+
+    safe = sorted(folder.glob("*.safetensors"))
+    file = folder / "model.safetensors" if (folder / "model.safetensors").is_file() else (safe or [folder / "pytorch_model.bin"])[0]
+    if not file.is_file():
+        raise ExportError(f"{folder.name}: no model.safetensors (or pytorch_model.bin) for timm to load")
+    # fetch refused pickle weights unless the entry allows them; weights_only unpickles tensors alone
+    state = safetensors.torch.load_file(file) if file.suffix == ".safetensors" else torch.load(file, weights_only=True)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a tensor of another shape
+        raise ExportError(f"{folder.name}/{file.name} does not fit the timm model: {first_line(exc)}") from exc
+    if result.missing_keys or result.unexpected_keys:
+        raise ExportError(
+            f"{folder.name}/{file.name} does not cover the timm model {model.pretrained_cfg.get('architecture')}: "
+            f"{_keys(result.missing_keys)} missing, {_keys(result.unexpected_keys)} unexpected"
+        )
+
+
+def _keys(keys: list[str]) -> str:
+    return f"{len(keys)} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})" if keys else "none"
 
 
 def _tokenizer_pad_id(ckpt: Checkpoint) -> int:
