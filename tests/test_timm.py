@@ -163,3 +163,25 @@ def test_a_timm_hub_id_converts_at_its_revision(
     with torch.inference_mode():
         expected = v1(torch.from_numpy(pixels)).numpy()
     np.testing.assert_allclose(session.run(None, {"pixel_values": pixels})[0], expected, atol=1e-4)
+
+
+def test_the_features_of_a_timm_model_without_a_classifier_convert(tmp_path: Path) -> None:
+    """Hub ids such as the SigLIP towers are built with num_classes=0: feature-extraction rows export that forward."""
+    import timm
+    import torch
+    from timm.models import save_for_hf
+
+    from zoo_convert.zoo.builder import perturb
+
+    torch.manual_seed(0)
+    args = {"num_classes": 0, "img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2}
+    model = timm.create_model("vit_tiny_patch16_224", pretrained_cfg_overlay={"input_size": (3, 32, 32)}, **args)
+    perturb(model, 0)
+    save_for_hf(model, str(tmp_path / "headless"), model_args=args, safe_serialization=True)
+    entry = ManifestEntry(source=str(tmp_path / "headless"), task="feature-extraction", variants=("fp32",))
+    result = convert_one(entry, _settings(tmp_path))
+    assert result.status == "passed", result.message
+    assert result.variants[0].outputs and {o.output for o in result.variants[0].outputs} == {"logits"}
+    with_head = convert_one(ManifestEntry(source=str(tmp_path / "headless"), task="object-detection"), _settings(tmp_path))
+    assert (with_head.status, with_head.failure_kind) == ("failed", "export_unsupported")
+    assert with_head.message is not None and "not 'object-detection' of a model with 0 classes" in with_head.message

@@ -125,6 +125,8 @@ def _has_path(library: str, model_type: str | None, task: str | None) -> tuple[b
 
         if not model_type or not _is_timm_arch(model_type):
             return False, f"timm {timm.__version__} has no architecture {model_type!r}"
+        if task in ("feature-extraction", "image-feature-extraction"):
+            return True, ""  # the features of a model without a classifier (num_classes 0), as such hub ids are
         if task not in (None, "image-classification"):
             return False, f"optimum exports timm models for image-classification, not {task}"
         return True, ""

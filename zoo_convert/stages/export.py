@@ -114,6 +114,8 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     from optimum.exporters.tasks import TasksManager
 
     task: str = TasksManager.map_from_synonym(ckpt.task)
+    if ckpt.library == "timm":
+        return _timm_task(ckpt, task)
     if ckpt.library != "transformers":
         # optimum keys other libraries by its own model types ("transformer" for
         # sentence-transformers); as in main_export, their support shows at load time.
@@ -135,6 +137,23 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     if entry.task is None and not task.endswith("-with-past") and f"{task}-with-past" in supported:
         task = f"{task}-with-past"
     return task
+
+
+def _timm_task(ckpt: Checkpoint, task: str) -> str:
+    """optimum exports timm models for image-classification alone; a model without a classifier is that graph too.
+
+    A timm model built with ``num_classes=0`` (CLIP and SigLIP towers, backbones) returns its
+    pooled features from the same forward: the graph's one output (optimum names it ``logits``) holds them.
+    """
+    if task == "image-classification":
+        return task
+    if task in ("feature-extraction", "image-feature-extraction") and ckpt.config.get("num_classes") == 0:
+        return "image-classification"
+    raise ExportError(
+        f"optimum exports timm models for image-classification (and the features of one without a classifier, "
+        f"num_classes 0); not {task!r}" + (f" of a model with {ckpt.config['num_classes']} classes" if "num_classes" in ckpt.config else ""),
+        kind=FailureKind.EXPORT_UNSUPPORTED,
+    )
 
 
 def _load_model(ckpt: Checkpoint, task: str) -> Any:
