@@ -100,9 +100,9 @@ def _describe(source: str, tags: tuple[str, ...], extra: dict[str, Any]) -> tupl
         return library, config.get("model_type")
     if is_local(source) and (Path(source).expanduser() / "model_index.json").is_file():
         return "diffusers", None
-    library = extra.get("library") or next((t.split(":", 1)[1] for t in tags if t.startswith("library:")), None)
-    library = library or next((t for t in tags if t in _LIBRARIES), None) or "transformers"
-    library = _LIBRARIES.get(library, library)
+    named = extra.get("library") or next((t.split(":", 1)[1] for t in tags if t.startswith("library:")), None)
+    named = str(named or next((t for t in tags if t in _LIBRARIES), None) or "transformers")
+    library = _LIBRARIES.get(named, named)
     model_type = extra.get("model_type") or next((t.split(":", 1)[1] for t in tags if t.startswith("model_type:")), None)
     if library == "timm":
         # timm's Hub ids name the architecture (timm/resnet50.a1_in1k); a tag may hold a config's name instead
