@@ -110,9 +110,12 @@ def test_weights_that_do_not_cover_the_model_are_an_export_error_without_a_proce
     dropped = sorted(k for k in state if k.startswith("fc."))
     safetensors.torch.save_file({k: v for k, v in state.items() if k not in dropped}, folder / "model.safetensors")
     result = convert_one(ManifestEntry(source=str(folder)), _settings(tmp_path))
-    assert (result.status, result.failure_kind, result.stage) == ("failed", "export_error", "export")
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "export_weights_mismatch", "export")
     assert result.message is not None
-    assert "model.safetensors does not cover the timm model resnet18: 2 (fc.weight, fc.bias) missing, none unexpected" in result.message
+    assert result.message.startswith(
+        "the checkpoint's weights do not cover ResNet (task image-classification): "
+        "2 tensors missing from the checkpoint, left as initialised at random (fc.weight, fc.bias)"
+    ), result.message
     assert "preprocessor_config.json" not in result.message
 
 

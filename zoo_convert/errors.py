@@ -9,7 +9,7 @@ same words::
      ├── ManifestError              manifest_error        (carries row, column)
      ├── FetchError                 fetch_error, fetch_not_found, fetch_transient
      ├── UnsafeCheckpointError      fetch_unsafe          (pickle-only, remote code, bad id)
-     ├── ExportError                export_error, export_unsupported
+     ├── ExportError                export_error, export_unsupported, export_weights_mismatch
      ├── CheckError                 check_error
      ├── OptimizeError              optimize_error
      │    ├── QuantizeError         a graph quantize.py cannot write (opset, size, unsafe data path)
@@ -55,6 +55,9 @@ MESSAGE_LIMIT = 1000
 # How a verify_numerics message starts when only the long verify shape failed: a graph
 # right for short inputs only, apart from a wrong one (``message LIKE 'long inputs only:%'``).
 LONG_INPUTS_ONLY = "long inputs only"
+# How the verify_numerics message of a variant starts when its own checks passed but its fp32
+# sibling, made from the same export, failed: one export, one structural verdict.
+STRUCTURE_FAILED = "fp32 of the same export failed verification"
 
 
 class FailureKind(str, Enum):
@@ -67,6 +70,9 @@ class FailureKind(str, Enum):
     FETCH_UNSAFE = "fetch_unsafe"
     EXPORT_UNSUPPORTED = "export_unsupported"
     EXPORT_ERROR = "export_error"
+    # The checkpoint's weights do not cover the model exported from it (missing, unused or
+    # mismatched tensors): the graph would verify against whatever transformers initialised.
+    EXPORT_WEIGHTS_MISMATCH = "export_weights_mismatch"
     CHECK_ERROR = "check_error"
     OPTIMIZE_ERROR = "optimize_error"
     VERIFY_ERROR = "verify_error"
@@ -224,10 +230,13 @@ class NumericsMismatchError(VerifyError):
     ) -> None:
         failed = sum(not c.passed for c in checks)
         where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
+        numbers = (
+            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
+            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
+        )
         super().__init__(
             f"{where}{failed}/{len(checks)} output checks failed; worst {worst.output} at {worst.shape}: "
-            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
-            f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}{note}"
+            f"{worst.mismatch or numbers}{note}"
         )
         self.worst = worst
         self.tolerance = tolerance

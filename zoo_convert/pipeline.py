@@ -21,7 +21,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import FailureKind, FetchError, NumericsMismatchError, ZooConvertError, first_line, storage_fault
+from .errors import (
+    MESSAGE_LIMIT,
+    STRUCTURE_FAILED,
+    FailureKind,
+    FetchError,
+    NumericsMismatchError,
+    ZooConvertError,
+    first_line,
+    storage_fault,
+)
 from .records import (
     FAILED,
     INCONCLUSIVE,
@@ -83,8 +92,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check)
             details.update({v: a.details for v, a in artifacts.items()})
             export.set_modes(out_dir)
-        run.variants = [_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)
-                        for a in artifacts.values()]  # fmt: skip
+        run.variants = _one_structure([_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)
+                                       for a in artifacts.values()])  # fmt: skip
         if settings.benchmark:
             run.variants = _benchmarked(run, exported, artifacts, settings)
         for comp in exported.components:
@@ -158,6 +167,9 @@ def _verified(
                     kind = found.error_kind or FailureKind.VERIFY_ERROR.value
                     return replace(_checked(base, tuple(checks)), failure_kind=kind, message=found.error,
                                    traceback=found.traceback)  # fmt: skip
+            sampled = verify.sampling(exported)
+            if sampled is not None:  # numbers that can neither pass nor fail it
+                return replace(_checked(base, tuple(checks)), status=INCONCLUSIVE, message=sampled)
             base = _checked(base, verify.judge(exported, artifact, tuple(checks), settings))
             why = verify.inconclusive(exported, settings)
         return replace(base, status=PASSED if why is None else INCONCLUSIVE, message=why)
@@ -166,6 +178,37 @@ def _verified(
     except Exception as exc:  # noqa: BLE001 - a variant's failure is data
         failure = _failure(exc)
         return replace(base, failure_kind=failure.kind, message=failure.message, traceback=failure.traceback)
+
+
+def _one_structure(variants: list[VariantResult]) -> list[VariantResult]:
+    """A variant is no better than the export it was made from: fp32 failing numerics fails every other variant.
+
+    fp32 is the export itself (optimized only where the optimized graph still matched), so its
+    numerics failure is the structure's (a wrong attention path frozen at export); an fp16 or
+    int8 of it may still land inside its looser tolerance. Each keeps its own numbers and checks.
+    """
+    fp32 = next((v for v in variants if v.variant == "fp32"), None)
+    if fp32 is None or fp32.failure_kind != FailureKind.VERIFY_NUMERICS.value:
+        return variants
+    return [
+        v if v is fp32 or v.status == FAILED
+        else replace(v, status=FAILED, failure_kind=fp32.failure_kind,
+                     message=_cut(f"{STRUCTURE_FAILED} ({_own(v)}): {fp32.message}"))
+        for v in variants
+    ]  # fmt: skip
+
+
+def _own(v: VariantResult) -> str:
+    """What a variant's own checks said, for the message that fails it with its fp32's verdict."""
+    if v.status == INCONCLUSIVE:
+        return f"{v.variant}'s own checks: {v.message}"
+    if v.max_abs is None or v.min_cosine is None:
+        return f"{v.variant}'s own checks passed"
+    return f"{v.variant}'s own checks passed: max abs {v.max_abs:.3g}, min cosine {v.min_cosine:.6f}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
 
 
 def _benchmarked(
@@ -313,7 +356,8 @@ class _Run:
         status = FAILED if self.failure else _status(entry, self.variants)
         failure = dict(self.failure)
         if not failure and status == FAILED:
-            bad = next(v for v in self.variants if v.status == FAILED)
+            failed = [v for v in self.variants if v.status == FAILED]
+            bad = next((v for v in failed if v.variant == "fp32"), failed[0])  # the others may carry fp32's verdict
             failure = {
                 "failure_kind": bad.failure_kind,
                 "stage": self._failed_stage(bad),

@@ -208,6 +208,7 @@ class OutputCheck:
         cosine: cosine similarity of the flattened tensors.
         nan / inf: count of non-finite values in the ONNX output.
         passed: whether this output met the variant's tolerance.
+        mismatch: why the two outputs could not be compared (their shapes differ), or None.
     """
 
     output: str
@@ -219,6 +220,7 @@ class OutputCheck:
     nan: int = 0
     inf: int = 0
     passed: bool = True
+    mismatch: str | None = None
 
 
 @dataclass(frozen=True)

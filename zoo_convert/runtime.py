@@ -19,6 +19,16 @@ what they share:
   attention for good on an input too short for block-sparse attention, and the
   export's short dummy input is one): the reference must be the model a user
   loads, not the one the export or a shorter input left behind.
+* :func:`as_loaded_forward`: the reference is never the model as patched for export.
+  optimum's patcher changes what the model computes while it is entered (BigBird-Pegasus
+  is switched to full attention, ops are swapped for traceable ones); only the way it
+  feeds and reads the model (tuple caches in, legacy caches out, outputs named as the
+  graph's) is kept, so the reference is the model a user runs, under the graph's names.
+
+The inputs are what a user sends (:func:`_user_masks`): an attention mask is all ones
+for one sequence and, for a batch, padded at one end the way the model's tokenizer pads
+(no holes, never mostly padding); position ids follow the mask, as ``generate`` makes
+them. Per-token outputs are compared only where the mask keeps a token (``Case.keep``).
 
 optimum's dummy generators draw from the global python, numpy and torch random
 generators; :func:`seeded` pins them per shape and puts them back afterwards.
@@ -29,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -83,7 +93,9 @@ class Case:
         reference: PyTorch outputs by ONNX output name.
         outputs: the graph outputs this case checks (a merged decoder's cache branch
             passes the constant cross-attention cache through unchecked, as optimum does).
-        config: the OnnxConfig (branch) that generated it; its patcher wraps the torch module.
+        config: the OnnxConfig (branch) that generated it; its patcher feeds and reads the torch module.
+        keep: per output whose tokens the attention mask pads, where the mask keeps a token
+            (boolean, the reference's shape); outputs without padding are not listed.
     """
 
     label: str
@@ -93,6 +105,7 @@ class Case:
     reference: dict[str, np.ndarray]
     outputs: tuple[str, ...]
     config: OnnxConfig
+    keep: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 # (graph file, intra-op threads, providers)
@@ -115,6 +128,8 @@ class RuntimeCache:
             error is raised (after ``references_done`` there is no second try).
         tokenizer: the checkpoint's tokenizer, None when it has no usable one.
         tokenizer_loaded: whether ``tokenizer`` was looked for yet.
+        unrepeatable: components whose PyTorch forward gave other outputs the second time on
+            the same input (a model that samples), with the outputs that differed.
         torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
             held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
             could not be timed, and the load average around it; None when PyTorch is timed with the variants.
@@ -126,6 +141,7 @@ class RuntimeCache:
     failed: dict[CaseKey, Exception] = field(default_factory=dict)
     tokenizer: PreTrainedTokenizerBase | None = None
     tokenizer_loaded: bool = False
+    unrepeatable: dict[str, tuple[str, ...]] = field(default_factory=dict)
     torch_alone: TorchAlone | None = None
 
 
@@ -294,21 +310,66 @@ def _make_case(
     reference: bool = True,
 ) -> Case:
     result = None
+    # The first case of a component runs PyTorch twice: a forward that differs from itself samples.
+    first = reference and not any(key[0] == comp.name for key in exported.cache.cases)
     with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
         _use_real_text(exported, config, inputs)
         _use_timm_images(exported, inputs)
+        _user_masks(exported, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
         if reference:
             result = _forward(comp, config, torch_inputs, label, settings)
+        again = _forward(comp, config, torch_inputs, label, settings) if first else None
         specs = graph_inputs(exported, comp)
         feed_inputs = config.generate_dummy_inputs_for_validation(dict(inputs), [i.name for i in specs])
     feed = _flatten_inputs(config, feed_inputs)
     if branch is Branch.NO_CACHE:
         feed.update(_empty_past(specs, feed, kwargs["batch_size"]))
     found = _flatten_outputs(config, result) if result is not None else {}
-    return Case(label, branch, torch_inputs, feed, found, outputs, config)
+    if again is not None:
+        repeated = _flatten_outputs(config, again)
+        differ = tuple(n for n in outputs if n in found and not _same(found[n], repeated.get(n)))
+        if differ:
+            exported.cache.unrepeatable[comp.name] = differ
+    keep = {name: k for name in outputs if name in found and (k := _kept(config, name, found[name], feed)) is not None}
+    return Case(label, branch, torch_inputs, feed, found, outputs, config, keep)
+
+
+def _same(a: np.ndarray, b: np.ndarray | None) -> bool:
+    """Whether two forwards on one input agree: bit for bit but for the float noise of reordered sums."""
+    return b is not None and a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True))
+
+
+def as_loaded_forward(comp: Component, config: OnnxConfig) -> Callable[..., Any]:
+    """The torch module called as loaded, fed and read the way the export's patcher feeds and reads it.
+
+    optimum's ``ModelPatcher`` does two things. Entered, it changes what the model
+    computes: ops swapped for traceable ones, BigBird-Pegasus's encoder switched to full
+    attention, SpeechT5's prenet dropout left on. Its ``patched_forward`` only adapts the
+    model's interface to the graph's: arguments the export fixes, tuple caches turned into
+    cache objects and back, outputs filtered and named as the graph's. The reference is
+    the second without the first: the model a user runs (its ``__call__``, hooks and all),
+    under the graph's names.
+    """
+    module = comp.torch_module
+    assert module is not None  # cases() checked it
+    patcher = config.patch_model_for_export(module)
+    name = patcher.orig_forward_name
+
+    def call(**inputs: Any) -> Any:
+        before = vars(module).get(name)  # the export's patcher leaves its own forward behind
+        setattr(module, name, patcher.patched_forward)
+        try:
+            return module(**inputs)
+        finally:
+            if before is None:
+                delattr(module, name)
+            else:
+                setattr(module, name, before)
+
+    return call
 
 
 def _forward(comp: Component, config: OnnxConfig, torch_inputs: dict[str, Any], label: str, settings: Settings) -> Any:
@@ -319,13 +380,84 @@ def _forward(comp: Component, config: OnnxConfig, torch_inputs: dict[str, Any], 
     if comp.as_loaded is not None:
         comp.as_loaded.restore()
     try:
-        patched = config.patch_model_for_export(comp.torch_module)
-        with torch_threads(settings.threads), patched, torch.inference_mode():
-            return comp.torch_module(**copy.deepcopy(torch_inputs))
+        forward = as_loaded_forward(comp, config)
+        with torch_threads(settings.threads), torch.inference_mode():
+            return forward(**copy.deepcopy(torch_inputs))
     except Exception as exc:  # noqa: BLE001 - any PyTorch failure is a verify error
         if is_our_bug(exc):
             raise
         raise VerifyError(f"PyTorch forward of {comp.name} at {label} failed: {type(exc).__name__}: {exc}") from exc
+
+
+# Which attention mask pads an output axis, by optimum's name of the axis.
+_MASK_BY_AXIS = (
+    ("encoder_sequence", ("encoder_attention_mask", "attention_mask")),
+    ("decoder_sequence", ("decoder_attention_mask",)),
+    ("sequence", ("attention_mask",)),
+)
+
+
+def _user_masks(exported: ExportedModel, inputs: dict[str, Any]) -> None:
+    """Attention masks as users send them: all ones for one sequence, one-sided padding for a batch.
+
+    optimum's generator pads a random share of every row (up to all but one token) and a
+    decoder's mask is the concatenation of two such masks, with a hole between the past
+    and the new tokens. Here row ``r`` of ``b`` is padded by ``r * length // (2 * b)``
+    positions at the side the tokenizer pads (right without one); the pad token takes the
+    padded ids, and position ids follow the mask, as ``generate`` computes them.
+    """
+    tokenizer = _tokenizer(exported)
+    side = getattr(tokenizer, "padding_side", "right") if tokenizer is not None else "right"
+    pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+    for name in [n for n in inputs if n.endswith("attention_mask")]:
+        mask = inputs[name]
+        if not hasattr(mask, "dim") or mask.dim() < 2 or mask.dtype.is_floating_point:
+            continue
+        rows, length = mask.shape[0], mask.shape[-1]
+        mask = mask.new_ones(mask.shape)
+        for r in range(1, rows):
+            pad = r * length // (2 * rows)
+            if pad and side == "left":
+                mask[r, ..., :pad] = 0
+            elif pad:
+                mask[r, ..., length - pad :] = 0
+        inputs[name] = mask
+        ids_name = "decoder_input_ids" if name == "decoder_attention_mask" else "input_ids"
+        ids = inputs.get(ids_name) if name != "encoder_attention_mask" else None
+        if ids is not None and pad_id is not None and ids.shape[:-1] == mask.shape[:-1] and ids.shape[-1] <= length:
+            inputs[ids_name] = ids.masked_fill(mask[..., length - ids.shape[-1] :] == 0, pad_id)
+        positions = inputs.get("position_ids") if name == "attention_mask" else None
+        if positions is not None and positions.dim() == 2 and positions.shape[0] == rows and mask.dim() == 2:
+            made = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+            if positions.shape[-1] <= length:
+                inputs["position_ids"] = made[:, length - positions.shape[-1] :].to(positions.dtype)
+
+
+def _kept(config: OnnxConfig, name: str, ref: np.ndarray, feed: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Where output ``name`` holds a token the attention mask keeps; None where no token is padded.
+
+    An axis named after a sequence is masked by the attention mask of that sequence: the
+    mask's last positions (a decoder's new tokens come after its past). Audio components
+    are left whole: their masks count samples, their outputs frames.
+    """
+    if shapes.audio_input(config) is not None and not shapes.has_text(config):
+        return None
+    keep = None
+    for axis, label in config.outputs.get(name, {}).items():
+        mask = next(
+            (feed[m] for key, masks in _MASK_BY_AXIS if key in label for m in masks if m in feed),
+            None,
+        )
+        if axis == 0 or axis >= ref.ndim or mask is None or mask.ndim != 2 or ref.shape[0] != mask.shape[0]:
+            continue
+        if ref.shape[axis] > mask.shape[1]:
+            continue
+        kept = mask[:, mask.shape[1] - ref.shape[axis] :] != 0
+        shape = [1] * ref.ndim
+        shape[0], shape[axis] = kept.shape
+        kept = np.broadcast_to(kept.reshape(shape), ref.shape)
+        keep = kept if keep is None else keep & kept
+    return None if keep is None or bool(keep.all()) else np.ascontiguousarray(keep)
 
 
 def _empty_past(specs: list[onnx.ValueInfoProto], feed: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
@@ -431,14 +563,22 @@ def processor_shapes(folder: Path) -> dict[str, int]:
 def shape_kwargs(folder: Path, config: OnnxConfig, batch: int, seq: int, audio_samples: int) -> dict[str, int]:
     """optimum's dummy-generator shape arguments for ``config`` of the checkpoint in ``folder``, at one shape.
 
-    Tokens are capped by the position table; image size and whisper's mel frames
-    come from the checkpoint's processor; a filterbank model gets the frames its
-    extractor makes of ``audio_samples``, a raw-audio model the samples.
+    Tokens are capped by the position table, or fixed where the config fixes them
+    (:func:`zoo_convert.shapes.fixed_length`); image size and whisper's mel frames
+    come from the checkpoint's processor, else the image size is optimum's default, as
+    the export's dummy input has it (the RT-DETR family's generator needs one); a
+    filterbank model gets the frames its extractor makes of ``audio_samples``, a
+    raw-audio model the samples.
     """
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+
+    fixed = shapes.fixed_length(getattr(config, "_config", None))
     kwargs = {
         "batch_size": batch,
-        "sequence_length": _clamp_sequence(config, seq),
+        "sequence_length": fixed or _clamp_sequence(config, seq),
         "audio_sequence_length": audio_samples,
+        "height": DEFAULT_DUMMY_SHAPES["height"],
+        "width": DEFAULT_DUMMY_SHAPES["width"],
         **processor_shapes(folder),
     }
     audio = shapes.audio_input(config)

@@ -68,11 +68,33 @@ class Shape:
 
 
 def verify_shapes(config: OnnxConfig, folder: Path, settings: Settings) -> list[Shape]:
-    """The short shapes, then the long one unless switched off or the component has no length (images)."""
+    """The short shapes, then the long one unless switched off or the component has no length to grow.
+
+    Images have none, nor has a model whose config fixes its length (:func:`fixed_length`):
+    it runs at that length at every batch of the short shapes.
+    """
+    fixed = fixed_length(config._config)
+    if fixed is not None:
+        batches = dict.fromkeys(b for b, _ in settings.verify_shapes)
+        return [Shape(b, fixed, fixed * AUDIO_SAMPLES_PER_STEP) for b in batches]
     found = [Shape(b, s, s * AUDIO_SAMPLES_PER_STEP) for b, s in settings.verify_shapes]
     if settings.verify_long and has_length(config):
         found.append(Shape(LONG_BATCH, long_sequence(config._config), long_audio_samples(folder), long=True))
     return found
+
+
+def fixed_length(config: PretrainedConfig | None) -> int | None:
+    """Tokens a model runs at, and only at, where its config fixes them; None where any length works.
+
+    Nystromformer's landmark attention averages ``segment_means_seq_len`` tokens into
+    ``num_landmarks`` segments: fed another length it fails, or silently mixes the rows
+    of a batch. (With as many landmarks as tokens it is exact attention, at any length.)
+    """
+    for scope in _scopes(config) if config is not None else ():
+        length, landmarks = getattr(scope, "segment_means_seq_len", None), getattr(scope, "num_landmarks", None)
+        if isinstance(length, int) and isinstance(landmarks, int) and length > 0 and landmarks != length:
+            return length
+    return None
 
 
 def length_thresholds(config: PretrainedConfig) -> dict[str, int]:

@@ -186,11 +186,18 @@ def test_an_export_failure_names_the_missing_processor_config(zoo_dir: Path, tmp
     src = tmp_path / "ckpt"
     shutil.copytree(zoo_dir / "dinov2-bare", src)
     config = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**config, "image_size": 4}))  # no longer fits its own weights
+    (src / "config.json").write_text(json.dumps({**config, "hidden_act": "no-such-activation"}))
     with pytest.raises(ExportError) as err:
         export(checkpoint(src, "image-classification"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
     assert err.value.kind is FailureKind.EXPORT_ERROR
     assert "the checkpoint has no preprocessor_config.json" in err.value.message
+    # A config that no longer fits its own weights is said as such, not blamed on the processor config.
+    (src / "config.json").write_text(json.dumps({**config, "image_size": 4}))
+    with pytest.raises(ExportError) as err:
+        export(checkpoint(src, "image-classification"), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
+    assert err.value.kind is FailureKind.EXPORT_WEIGHTS_MISMATCH
+    assert "1 tensor of another shape in the checkpoint" in err.value.message
+    assert "(dinov2.embeddings.position_embeddings)" in err.value.message
 
 
 @pytest.mark.slow
@@ -227,3 +234,97 @@ def test_side_files_are_copied_only_from_inside_the_checkpoint(zoo_dir: Path, tm
     with pytest.raises(UnsafeCheckpointError, match=f"side file merges.txt links to {secret}"):
         export(checkpoint(ckpt_dir, "feature-extraction"), ManifestEntry(source=str(ckpt_dir)), Settings(), tmp_path / "out")
     assert not any(p.read_bytes() == secret.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
+
+
+def _bert_copy(zoo_dir: Path, tmp_path: Path, **config: object) -> Path:
+    """The zoo's bert (a masked-LM checkpoint) copied, with ``config`` set in its config.json."""
+    src = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "bert", src)
+    path = src / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return src
+
+
+def _refused(src: Path, task: str, tmp_path: Path, checkpoint) -> str:
+    with pytest.raises(ExportError) as err:
+        export(checkpoint(src, task), ManifestEntry(source=str(src)), Settings(), tmp_path / "out")
+    assert err.value.kind is FailureKind.EXPORT_WEIGHTS_MISMATCH, err.value.message
+    assert not list((tmp_path / "out" / "onnx").glob("*.onnx")), "refused before a graph is written"
+    return err.value.message
+
+
+def test_a_checkpoint_without_tensors_is_weights_mismatch(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """A safetensors file whose header is ``{}``: every tensor would be transformers' random init."""
+    src = _bert_copy(zoo_dir, tmp_path)
+    (src / "model.safetensors").write_bytes(len(b"{}").to_bytes(8, "little") + b"{}")
+    message = _refused(src, "fill-mask", tmp_path, checkpoint)
+    assert "BertForMaskedLM (task fill-mask): 44 tensors missing from the checkpoint" in message
+    assert "bert.embeddings.LayerNorm.bias, bert.embeddings.LayerNorm.weight, bert.embeddings.position_embeddings.weight, ..." in message
+
+
+def test_a_head_the_checkpoint_has_not_is_weights_mismatch_with_the_task_it_fits(
+    zoo_dir: Path, tmp_path: Path, checkpoint
+) -> None:
+    """The masked-LM bert as text-classification: a random classifier head and pooler, its own head unused."""
+    message = _refused(zoo_dir / "bert", "text-classification", tmp_path, checkpoint)
+    assert message.startswith("the checkpoint's weights do not cover BertForSequenceClassification (task text-classification): ")
+    assert "4 tensors missing from the checkpoint, left as initialised at random (bert.pooler.dense.bias, " in message
+    assert "5 tensors of the checkpoint unused by it (cls.predictions.bias, " in message
+    assert message.endswith("; the checkpoint's weights are for BertForMaskedLM: try task fill-mask")
+
+
+def test_checkpoint_tensors_the_model_never_uses_are_weights_mismatch(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """``num_hidden_layers: -1``: a zero-layer model, every layer weight of the checkpoint ignored."""
+    src = _bert_copy(zoo_dir, tmp_path, num_hidden_layers=-1)
+    message = _refused(src, "fill-mask", tmp_path, checkpoint)
+    assert "32 tensors of the checkpoint unused by it (bert.encoder.layer.0." in message
+    assert "try task" not in message  # the weights are for this task: no other to suggest
+
+
+def test_a_base_checkpoints_unused_layers_are_no_head_left_out(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """A BertModel checkpoint (sentence-transformers) with zero layers: its unprefixed layer tensors are unused, not a head."""
+    src = tmp_path / "ckpt"
+    shutil.copytree(zoo_dir / "sentence-bert", src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "num_hidden_layers": -1}))
+    message = _refused(src, "feature-extraction", tmp_path, checkpoint)
+    assert "32 tensors of the checkpoint unused by it (encoder.layer.0." in message
+
+
+def test_tensors_of_another_shape_are_weights_mismatch(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """A config that no longer fits its weights (vocab_size grown) is refused, not an exporter traceback."""
+    vocab = json.loads((zoo_dir / "bert" / "config.json").read_text())["vocab_size"]
+    src = _bert_copy(zoo_dir, tmp_path, vocab_size=vocab + 3)
+    message = _refused(src, "fill-mask", tmp_path, checkpoint)
+    assert "2 tensors of another shape in the checkpoint, left as initialised at random" in message
+    assert "bert.embeddings.word_embeddings.weight" in message
+
+
+def test_a_base_model_export_leaves_out_the_checkpoints_head_and_unused_pooler(zoo_export) -> None:
+    """bert's masked-LM checkpoint as feature-extraction: its ``cls`` head is not the base model's, and the
+    base model's pooler (not in the checkpoint) reaches no exported output; both recorded, not refused."""
+    ex = zoo_export("bert")
+    assert ex.details["weights"] == {
+        "unused_head": [
+            "cls.predictions.bias",
+            "cls.predictions.transform.LayerNorm.bias",
+            "cls.predictions.transform.LayerNorm.weight",
+            "cls.predictions.transform.dense.bias",
+            "cls.predictions.transform.dense.weight",
+        ],
+        "missing_unused": ["pooler.dense.bias", "pooler.dense.weight"],
+    }
+    assert "weights" not in zoo_export("gpt2").details  # a checkpoint saved for its task: nothing to excuse
+
+
+def test_a_missing_tensor_an_output_depends_on_is_not_excused(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """A tensor is excused only while no exported output depends on it: a backbone that lost a layer's bias is refused."""
+    from safetensors.torch import load_file, save_file
+
+    src = _bert_copy(zoo_dir, tmp_path)
+    tensors = load_file(src / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k != "bert.encoder.layer.1.output.dense.bias"}, src / "model.safetensors",
+              metadata={"format": "pt"})  # fmt: skip
+    message = _refused(src, "feature-extraction", tmp_path, checkpoint)
+    assert "1 tensor missing from the checkpoint, left as initialised at random (encoder.layer.1.output.dense.bias)" in message
+    assert "unused" not in message  # the masked-LM head left out of a base model is no fault

@@ -245,8 +245,13 @@ def test_every_merged_decoder_verifies_both_branches(zoo_export, name: str) -> N
     """vision-encoder-decoder wraps its decoder's config: verify could not feed its first step."""
     ex = zoo_export(name)
     merged = next(c for c in ex.components if c.name == "decoder_model_merged")
-    checks = verify(ex, fp32(ex), SETTINGS)
-    assert all(c.passed for c in checks)
+    try:
+        checks = verify(ex, fp32(ex), SETTINGS)
+    except NumericsMismatchError as exc:  # bigbird-pegasus's encoder, at the long shape only, on purpose
+        assert name == "bigbird-pegasus" and exc.long_only == "1x128 (batch x tokens)", exc.message
+        assert {c.output for c in exc.checks if not c.passed} == {"encoder_model/last_hidden_state"}
+        checks = exc.checks
+    assert all(c.passed for c in checks if c.output.startswith("decoder_model_merged/"))
     decoder_shapes = {c.shape for c in checks if c.output.startswith("decoder_model_merged/")}
     lengths = {shape.split("/")[0] for shape in decoder_shapes}
     assert {"1x7", "3x19"} <= lengths  # and the long shape

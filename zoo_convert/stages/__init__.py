@@ -64,7 +64,7 @@ class Component:
         path: the fp32 .onnx file as exported.
         onnx_config: optimum's OnnxConfig for this component (input/output names,
             dynamic axes, dummy input generators); both exporters set it.
-        torch_module: the PyTorch module (patched as for export) that this graph mirrors.
+        torch_module: the PyTorch module as loaded that this graph mirrors (verify runs it unpatched).
         as_loaded: the loaded model's state before the export ran it, put back before
             every reference forward (shared by the components of one model).
         graph: the exported graph without its weights (the job keeps them in ``<file>_data``

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import first_line, is_our_bug
 from ..records import Settings
-from ..runtime import Branch, Case, TorchAlone, cases, feed_for, ort_session, torch_threads
+from ..runtime import Branch, Case, TorchAlone, as_loaded_forward, cases, feed_for, ort_session, torch_threads
 from . import Artifact, Component, ExportedModel, Latency, Timing
 
 if TYPE_CHECKING:
@@ -186,10 +186,10 @@ def _why(exc: BaseException) -> tuple[str, str | None]:
 
 
 def _torch_side(steps: list[tuple[Component, Case]], settings: Settings) -> Callable[[], None]:
-    """PyTorch eager over the components, patched as for export (tuple caches in, same outputs).
+    """PyTorch eager over the components, as loaded: the forward verify's reference runs.
 
-    Each component is patched only around its own call: the patchers of an
-    encoder and of the whole seq2seq model that contains it cannot be nested.
+    Fed and read as the export's patcher does (tuple caches in, the graph's outputs), never
+    with its changes to the computation (``runtime.as_loaded_forward``).
     Timed as loaded: verify's shorter inputs may have switched a model's mode.
     """
     import torch
@@ -203,8 +203,8 @@ def _torch_side(steps: list[tuple[Component, Case]], settings: Settings) -> Call
     def run() -> None:
         with torch_threads(settings.threads), torch.inference_mode():
             for comp, case in steps:
-                with case.config.patch_model_for_export(comp.torch_module):
-                    comp.torch_module(**case.torch_inputs)  # type: ignore[misc]
+                # One patcher per call, as the reference's: each sets use_cache on the modules it feeds.
+                as_loaded_forward(comp, case.config)(**case.torch_inputs)
 
     return run
 

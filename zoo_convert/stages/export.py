@@ -12,14 +12,20 @@ Two exporters share one shape of result:
 Both keep the loaded torch module and optimum's OnnxConfig on each
 :class:`Component`, so verify can regenerate inputs and run PyTorch without
 reloading the checkpoint.
+
+Both export only a model the checkpoint's weights cover (:func:`check_weights`):
+the PyTorch reference is the same in-memory model, so a tensor transformers
+initialised at random would agree with itself and pass.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, first_line, is_our_bug
@@ -27,6 +33,9 @@ from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, shape_kwargs
 from ..sources import sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
+
+if TYPE_CHECKING:
+    import torch
 
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # Tasks whose inputs are images or audio, sized by a processor config.
@@ -51,6 +60,8 @@ _IMAGE_AUDIO_TASKS = frozenset(
 )
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+# How many key names a weights_mismatch message lists of each kind (the counts are all there).
+_NAMES_SHOWN = 3
 
 
 def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
@@ -156,14 +167,22 @@ def _timm_task(ckpt: Checkpoint, task: str) -> str:
     )
 
 
-def _load_model(ckpt: Checkpoint, task: str) -> Any:
-    """Load the torch model the way optimum's main_export does (fp32, eval, cache per task)."""
+def _load_model(ckpt: Checkpoint, task: str) -> tuple[Any, LoadingReport | None]:
+    """Load the torch model the way optimum's main_export does (fp32, eval, cache per task), with its loading report.
+
+    transformers hands its report back from the same ``from_pretrained`` call
+    (``output_loading_info``), so the weights are read once; ``ignore_mismatched_sizes``
+    makes a tensor of another shape a line of the report instead of an exception.
+    timm's is made by :func:`_load_timm_weights`; the other libraries' loaders give none here (None).
+    """
     import torch
     from optimum.exporters.tasks import TasksManager
 
     if ckpt.library == "timm":
-        return _load_timm(ckpt).to(torch.float32).eval()
-    model = TasksManager.get_model_from_task(
+        timm_model, timm_report = _load_timm(ckpt)
+        return timm_model.to(torch.float32).eval(), timm_report
+    with_report = ckpt.library == "transformers"
+    loaded = TasksManager.get_model_from_task(
         task,
         str(ckpt.path),
         framework="pt",
@@ -172,7 +191,17 @@ def _load_model(ckpt: Checkpoint, task: str) -> Any:
         library_name=ckpt.library,
         trust_remote_code=ckpt.trust_remote_code,
         local_files_only=True,
+        **({"output_loading_info": True, "ignore_mismatched_sizes": True} if with_report else {}),
     )
+    # transformers returns (model, report); optimum's standardize_model_attributes does nothing to a transformers model
+    model, info = loaded if with_report else (loaded, None)
+    report = None
+    if info is not None:
+        report = LoadingReport(
+            missing=tuple(info["missing_keys"]),
+            unexpected=tuple(info["unexpected_keys"]),
+            mismatched=tuple(info["mismatched_keys"]),
+        )
     model.eval()
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "use_cache"):
@@ -180,10 +209,181 @@ def _load_model(ckpt: Checkpoint, task: str) -> Any:
     if config is not None and task == "text-classification" and getattr(config, "pad_token_id", None) is None:
         # optimum needs a pad id to pick the last token; the tokenizer's is the real one
         config.pad_token_id = _tokenizer_pad_id(ckpt)
-    return model
+    return model, report
 
 
-def _load_timm(ckpt: Checkpoint) -> Any:
+@dataclass(frozen=True)
+class LoadingReport:
+    """What loading a checkpoint's weights into the model to export left uncovered.
+
+    transformers' report (``output_loading_info``) already leaves out what the model's class
+    declares ignorable: ``_keys_to_ignore_on_load_missing`` / ``_unexpected``, non-persistent
+    buffers, a tied weight saved once. A loader of another library (timm) fills the same fields.
+
+    Attributes:
+        missing: the model's tensors the checkpoint has none for (left as initialised).
+        unexpected: the checkpoint's tensors the model has no place for.
+        mismatched: tensors whose shape in the checkpoint is not the model's (left as initialised).
+    """
+
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    mismatched: tuple[str, ...] = ()
+
+
+def check_weights(
+    ckpt: Checkpoint,
+    task: str,
+    model: Any,
+    report: LoadingReport | None,
+    parts: Iterable[tuple[Any, Any]],
+    shapes: dict[str, int],
+) -> dict[str, Any]:
+    """Refuse (``export_weights_mismatch``) a model its checkpoint's weights do not cover; returns what was tolerated.
+
+    Tolerated, and recorded: the task head of a checkpoint exported as its base model (a
+    masked-LM's ``cls.*`` under feature-extraction), and missing parameters no exported output
+    depends on (BertModel's pooler under feature-extraction), found by a backward pass from
+    the exported outputs (``parts``: optimum's (module, OnnxConfig) per graph, fed its dummy
+    inputs at ``shapes``). Everything else missing, unused or of another shape is refused.
+    """
+    if report is None:
+        return {}
+    head = _dropped_head(ckpt.path, model, report.unexpected)
+    unused = [k for k in report.unexpected if k not in head]
+    params: dict[str, torch.nn.Parameter] = {}
+    missing: list[str] = []
+    for key in report.missing:
+        try:
+            params[key] = model.get_parameter(key)
+        except AttributeError:  # a persistent buffer: it holds state the forward reads
+            if not key.endswith("num_batches_tracked"):  # counts training steps; eval never reads it
+                missing.append(key)
+    reached = _reached(parts, params, shapes)
+    missing += [k for k in params if k in reached]
+    problems = [
+        f"{_count(keys)} {what} ({_names(keys)})"
+        for keys, what in (
+            (missing, "missing from the checkpoint, left as initialised at random"),
+            (unused, "of the checkpoint unused by it"),
+            (report.mismatched, "of another shape in the checkpoint, left as initialised at random"),
+        )
+        if keys
+    ]
+    if problems:
+        raise ExportError(
+            f"the checkpoint's weights do not cover {type(model).__name__} (task {task}): "
+            + "; ".join(problems)
+            + _task_hint(ckpt, task, type(model).__name__),
+            kind=FailureKind.EXPORT_WEIGHTS_MISMATCH,
+        )
+    tolerated = {"unused_head": sorted(head), "missing_unused": sorted(k for k in params if k not in reached)}
+    return {k: v for k, v in tolerated.items() if v}
+
+
+def _count(keys: Iterable[str]) -> str:
+    n = len(list(keys))
+    return f"{n} tensor" if n == 1 else f"{n} tensors"
+
+
+def _names(keys: Iterable[str]) -> str:
+    shown = list(keys)
+    return ", ".join(shown[:_NAMES_SHOWN]) + (", ..." if len(shown) > _NAMES_SHOWN else "")
+
+
+def _dropped_head(folder: Path, model: Any, unexpected: Iterable[str]) -> set[str]:
+    """The unexpected keys that are a task head the export leaves out: the model is the checkpoint's base model.
+
+    transformers names such a head by its checkpoint key (``cls.predictions.bias``), and the
+    base model's own unused tensors without its prefix (``encoder.layer.0...`` of ``bert.encoder...``):
+    the checkpoint's key names tell them apart.
+    """
+    prefix = getattr(model, "base_model_prefix", "")
+    if not prefix or getattr(model, "base_model", None) is not model:
+        return set()
+    keys = _checkpoint_keys(folder)
+    if not any(k.startswith(f"{prefix}.") for k in keys):
+        return set()  # a base model's own checkpoint: it has no head to leave out
+    return {k for k in unexpected if not k.startswith(f"{prefix}.") and k in keys and f"{prefix}.{k}" not in keys}
+
+
+def _checkpoint_keys(folder: Path) -> set[str]:
+    """The tensor names of a checkpoint's weight files, read from their headers (pickle files on the meta device)."""
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    safe = sorted(folder.glob("*.safetensors"))
+    for file in safe:
+        with safe_open(str(file), framework="pt") as fh:
+            keys.update(fh.keys())
+    if not safe:  # fetch accepted pickle weights (allow_pickle): transformers read them the same way
+        from transformers.modeling_utils import load_state_dict
+
+        for file in sorted(folder.glob("pytorch_model*.bin")):
+            keys.update(load_state_dict(str(file), map_location="meta", weights_only=True))
+    return keys
+
+
+def _reached(parts: Iterable[tuple[Any, Any]], params: dict[str, torch.nn.Parameter], shapes: dict[str, int]) -> set[str]:
+    """The ``params`` some exported output depends on: a backward pass from every output on the dummy inputs.
+
+    A forward that fails, or a parameter it cannot differentiate, counts as reached: what
+    cannot be shown unused is not excused. The module's state is put back after the forward.
+    """
+    import torch
+
+    reached: set[str] = set()
+    for module, config in parts:
+        mine = {id(p) for p in module.parameters()}
+        wanted = {n: p for n, p in params.items() if id(p) in mine and n not in reached}
+        reached.update(n for n, p in wanted.items() if not p.requires_grad)
+        wanted = {n: p for n, p in wanted.items() if p.requires_grad}
+        if not wanted:
+            continue
+        state = ModuleState(module)
+        try:
+            inputs = config.rename_ambiguous_inputs(config.generate_dummy_inputs(framework="pt", **shapes))
+            with torch.enable_grad(), config.patch_model_for_export(module):
+                ends = [t.sum() for t in _tensors(module(**inputs)) if t.requires_grad]
+            grads = torch.autograd.grad(ends, list(wanted.values()), allow_unused=True) if ends else (None,) * len(wanted)
+        except Exception:  # noqa: BLE001 - unproven is not excused
+            reached.update(wanted)
+            continue
+        finally:
+            state.restore()
+        reached.update(n for n, g in zip(wanted, grads) if g is not None)
+    return reached
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a model's outputs (ModelOutput, tuples, a transformers cache)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif hasattr(value, "to_legacy_cache"):
+        yield from _tensors(value.to_legacy_cache())
+
+
+def _task_hint(ckpt: Checkpoint, task: str, loaded: str) -> str:
+    """Which task the checkpoint's weights are for, when its ``architectures`` names another one."""
+    from optimum.exporters.tasks import TasksManager
+
+    mappings = TasksManager._TRANSFORMERS_TASKS_TO_MODEL_MAPPINGS
+    for arch in ckpt.config.get("architectures") or ():
+        fits = [t for t, classes in mappings.items() if arch in classes.values()]
+        if fits and arch != loaded and task.removesuffix("-with-past") not in fits:
+            return f"; the checkpoint's weights are for {arch}: try task {fits[0]}"
+    return ""
+
+
+def _load_timm(ckpt: Checkpoint) -> tuple[Any, LoadingReport]:
     """A timm checkpoint folder (``config.json`` with ``pretrained_cfg``, ``model.safetensors``), built as optimum builds one.
 
     optimum loads timm with ``create_model("hf_hub:<id>")``, which refuses a folder; ``local-dir:``
@@ -199,16 +399,14 @@ def _load_timm(ckpt: Checkpoint) -> Any:
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     model = timm.create_model(f"local-dir:{ckpt.path}", pretrained=False, exportable=True)
-    _load_timm_weights(model, ckpt.path)
-    return model
+    return model, _load_timm_weights(model, ckpt.path)
 
 
-def _load_timm_weights(model: Any, folder: Path) -> None:
-    """Load the folder's weights strictly: a key the model lacks or a tensor it does not get is an export error.
+def _load_timm_weights(model: Any, folder: Path) -> LoadingReport:
+    """Load the folder's weights into the model and report what they leave uncovered (check_weights judges it).
 
     timm's own pretrained loading would pass a checkpoint's filter function and adapt the
-    classifier; a checkpoint saved by timm is the model's state dict as is, so anything
-    missing would be verified as a random init.
+    classifier; a checkpoint saved by timm is the model's state dict as is.
     """
     import safetensors.torch
     import torch
@@ -219,19 +417,14 @@ def _load_timm_weights(model: Any, folder: Path) -> None:
         raise ExportError(f"{folder.name}: no model.safetensors (or pytorch_model.bin) for timm to load")
     # fetch refused pickle weights unless the entry allows them; weights_only unpickles tensors alone
     state = safetensors.torch.load_file(file) if file.suffix == ".safetensors" else torch.load(file, weights_only=True)
-    try:
-        result = model.load_state_dict(state, strict=False)
-    except RuntimeError as exc:  # a tensor of another shape
-        raise ExportError(f"{folder.name}/{file.name} does not fit the timm model: {first_line(exc)}") from exc
-    if result.missing_keys or result.unexpected_keys:
-        raise ExportError(
-            f"{folder.name}/{file.name} does not cover the timm model {model.pretrained_cfg.get('architecture')}: "
-            f"{_keys(result.missing_keys)} missing, {_keys(result.unexpected_keys)} unexpected"
-        )
-
-
-def _keys(keys: list[str]) -> str:
-    return f"{len(keys)} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})" if keys else "none"
+    own = model.state_dict()
+    mismatched = tuple(k for k, v in state.items() if k in own and own[k].shape != v.shape)
+    result = model.load_state_dict({k: v for k, v in state.items() if k not in mismatched}, strict=False)
+    return LoadingReport(
+        missing=tuple(k for k in result.missing_keys if k not in mismatched),
+        unexpected=tuple(result.unexpected_keys),
+        mismatched=mismatched,
+    )
 
 
 def _tokenizer_pad_id(ckpt: Checkpoint) -> int:
@@ -254,8 +447,10 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     from optimum.exporters.onnx.convert import export_models
     from optimum.utils import DEFAULT_DUMMY_SHAPES
 
-    model = _load_model(ckpt, task)
+    model, report = _load_model(ckpt, task)
     main_config, models_and_configs = _submodels(ckpt, model, task)
+    shapes = {**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)}
+    weights = check_weights(ckpt, task, model, report, models_and_configs.values(), shapes)
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
     as_loaded = ModuleState(model)
@@ -264,7 +459,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         output_dir=onnx_dir,
         opset=opset,
         output_names=subpaths,
-        input_shapes={**DEFAULT_DUMMY_SHAPES, **_dummy_shapes(ckpt, main_config)},
+        input_shapes=shapes,
         device="cpu",
         dtype="fp32",
     )
@@ -281,7 +476,7 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
         for sub, (module, config) in by_file.items()
     ]
-    return components, {"exporter": "optimum"}
+    return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
 
 
 def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
@@ -327,8 +522,9 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             "needs past key values (use exporter optimum)",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
-    model = _load_model(ckpt, task)
+    model, report = _load_model(ckpt, task)
     _, parts = _submodels(ckpt, model, task)
+    weights = check_weights(ckpt, task, model, report, parts.values(), {})
     if len(parts) != 1:
         raise ExportError(
             f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "
@@ -360,7 +556,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     program.save(str(path), external_data=False)
     _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
     component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
-    return [component], {"exporter": "torch"}
+    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
 
 
 def _name_dynamic_axes(path: Path, axes: dict[str, dict[int, str]]) -> None:

@@ -19,7 +19,14 @@ A check can only fail when the reference can tell a right graph from a wrong one
 :func:`inconclusive` names the outputs whose PyTorch values are constant, all zero
 or non-finite at every verify input (a tiny MobileViT's logits are exactly 0: every
 variant "passes" with max abs 0), and the pipeline records such a variant as
-inconclusive, never as passed.
+inconclusive, never as passed. A model that samples (:func:`sampling`: a random op in
+its graph, or a PyTorch forward that differs from itself) is inconclusive whatever its
+numbers: they can neither pass it nor fail it.
+
+The reference is the model as loaded, never as patched for export
+(``runtime.as_loaded_forward``); the inputs are what users send (attention masks without
+holes, padded at the tokenizer's side), and per-token outputs are compared only at the
+tokens the mask keeps.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ if TYPE_CHECKING:
     from onnxruntime import InferenceSession
 
 FP16_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
+# ONNX ops that draw random numbers: a graph that has one gives other outputs on every run.
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 
 
 def references(exported: ExportedModel, settings: Settings) -> None:
@@ -64,7 +75,8 @@ def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings
     checks: list[OutputCheck] = []
     for case_comp, case, _ in _cases(exported, settings, only=comp):
         for name, ort_value in _run_ort(session_for(exported, artifact, case_comp, settings), case, case_comp).items():
-            checks.append(compare(_recorded(exported, case_comp, name), case.label, case.reference[name], ort_value, tol))
+            output = _recorded(exported, case_comp, name)
+            checks.append(compare(output, case.label, case.reference[name], ort_value, tol, keep=case.keep.get(name)))
     return Verified(tuple(checks), round(time.perf_counter() - t0, 4))
 
 
@@ -142,6 +154,29 @@ def inconclusive(exported: ExportedModel, settings: Settings) -> str | None:
     )
 
 
+def sampling(exported: ExportedModel) -> str | None:
+    """Why no comparison of this model's outputs can be judged: it samples; None when it does not.
+
+    A graph with a random op (:data:`RANDOM_OPS`: VITS's noise, SpeechT5's prenet
+    dropout as exported) or a PyTorch forward that gave other outputs on the same input a
+    second time (``RuntimeCache.unrepeatable``, measured by ``references``) cannot be
+    told from a wrong graph by its numbers: the verdict is inconclusive, not a mismatch.
+    """
+    from .. import onnx_graph
+
+    found = []
+    for comp in exported.components:
+        ops = sorted({n.op_type for g in onnx_graph.graphs(comp.graph.graph) for n in g.node if n.op_type in RANDOM_OPS})
+        if ops:
+            found.append(f"{comp.path.name} draws random numbers ({', '.join(ops)})")
+        differ = exported.cache.unrepeatable.get(comp.name)
+        if differ:
+            found.append(f"PyTorch's {comp.name} differs from itself on the same input ({', '.join(differ)})")
+    if not found:
+        return None
+    return f"inconclusive: the model samples: {'; '.join(found)}, so no two runs of it can be compared"
+
+
 def _cases(
     exported: ExportedModel, settings: Settings, only: Component | None = None
 ) -> Iterator[tuple[Component, Case, bool]]:
@@ -168,14 +203,29 @@ def _peak(ref: np.ndarray) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
-def compare(output: str, shape: str, ref: np.ndarray, got: np.ndarray, tol: Tolerance) -> OutputCheck:
-    """Error statistics of one ONNX output against its PyTorch reference, judged against ``tol``."""
+def compare(
+    output: str, shape: str, ref: np.ndarray, got: np.ndarray, tol: Tolerance, *, keep: np.ndarray | None = None
+) -> OutputCheck:
+    """Error statistics of one ONNX output against its PyTorch reference, judged against ``tol``.
+
+    ``keep``: where the output holds a token the attention mask keeps; the padded positions
+    are not compared. A single value is never judged by cosine alone: the cosine of one
+    number against another is 1 whatever they are (their signs alike), so where the
+    tolerance bounds no absolute error (int8, q4) its relative error is bounded instead,
+    at the error the cosine tolerance allows a vector (:func:`single_value_rel`).
+    """
     got = np.asarray(got)
     floating = got.dtype.kind == "f"
+    if ref.shape != got.shape:
+        nan = int(np.isnan(got).sum()) if floating else 0
+        inf = int(np.isinf(got).sum()) if floating else 0
+        mismatch = f"shape {_dims(got.shape)} in ONNX Runtime, {_dims(ref.shape)} in PyTorch"
+        return OutputCheck(output, shape, float("inf"), float("inf"), float("inf"), 0.0, nan, inf, passed=False,
+                           mismatch=mismatch)  # fmt: skip
+    if keep is not None:
+        ref, got = ref[keep], got[keep]
     nan = int(np.isnan(got).sum()) if floating else 0
     inf = int(np.isinf(got).sum()) if floating else 0
-    if ref.shape != got.shape:
-        return OutputCheck(output, shape, float("inf"), float("inf"), float("inf"), 0.0, nan, inf, passed=False)
     r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
     finite_r, finite_g = np.isfinite(r), np.isfinite(g)
     # Non-finite values only count against ORT where PyTorch had a finite value.
@@ -189,7 +239,22 @@ def compare(output: str, shape: str, ref: np.ndarray, got: np.ndarray, tol: Tole
     norms = float(np.linalg.norm(r) * np.linalg.norm(g))
     cosine = float(r @ g / norms) if norms > 0 else (1.0 if max_abs == 0.0 else 0.0)
     passed = finite_mismatch == 0 and max_abs <= tol.max_abs and cosine >= tol.min_cosine
+    if ref.size == 1 and diff.size and not np.isfinite(tol.max_abs):
+        passed = passed and max_rel <= single_value_rel(tol)
     return OutputCheck(output, shape, max_abs, max_rel, mean_abs, cosine, nan, inf, passed=passed)
+
+
+def single_value_rel(tol: Tolerance) -> float:
+    """The relative error a single value may have: the error orthogonal to a vector that costs it ``tol``'s cosine.
+
+    ``tan(arccos(min_cosine))``: 0.014 at fp32's 0.9999, 0.2 at int8's 0.98, 0.33 at q4's 0.95.
+    """
+    c = min(max(tol.min_cosine, 1e-6), 1.0)
+    return float(np.sqrt(1.0 - c * c) / c)
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
 
 
 def _run_ort(session: InferenceSession, case: Case, comp: Component) -> dict[str, np.ndarray]:

@@ -627,6 +627,27 @@ ZOO: tuple[ZooModel, ...] = (
         processor="vit",
     ),
     ZooModel("sew", "audio", "audio-classification", "sew", {**_SPEECH, "squeeze_factor": 1}, processor="wav2vec2"),
+    # What verify must check as users run it (issue 22).
+    # Block-sparse attention above (5 + 2 * 1) * 8 = 56 tokens, as bigbird's; optimum's patcher exports
+    # the encoder with full attention, so the graph is right up to 56 tokens and wrong at the long shape.
+    ZooModel(
+        "bigbird-pegasus",
+        "encoder-decoder",
+        "text2text-generation-with-past",
+        "bigbird_pegasus",
+        {**_BART, "attention_type": "block_sparse", "block_size": 8, "num_random_blocks": 1},
+        t5_unigram("PreTrainedTokenizerFast"),
+        token_ids={"decoder_start_token_id": "<pad>"},
+    ),
+    # Landmark attention over exactly 32 tokens (8 landmarks of 4): verified at that length only.
+    ZooModel(
+        "nystromformer",
+        "encoder",
+        "fill-mask",
+        "nystromformer",
+        {**_ENC, "segment_means_seq_len": 32, "num_landmarks": 8, "conv_kernel_size": 5},
+        wordpiece(),
+    ),
     *(
         ZooModel(name, "vision", "image-classification", arch, args, library="timm")
         for name, arch, args in (
