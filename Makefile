@@ -11,7 +11,8 @@ OUT ?= build/demo
 
 venv: $(VENV)/.installed
 
-# pip's constraint file on the reference machines keeps torch on the local CPU wheel.
+# pip's constraint file on the reference machines caps torch at 2.14.1 and torchvision at 0.29.1, the
+# pair pyproject pins (both on local disk there).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

@@ -70,3 +70,22 @@ def test_a_card_without_latency_has_no_conditions_section() -> None:
                           job_status="passed", artifacts_dir=None,
                           variants=(VariantRow(variant="fp32", status="passed", file="onnx/model.onnx"),))  # fmt: skip
     assert "Latency conditions" not in model_card(candidate, "org/model-onnx")
+
+
+def test_a_timm_card_names_timm_and_says_how_to_preprocess(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    pretrained_cfg = {"input_size": [3, 64, 64], "interpolation": "bicubic", "crop_pct": 0.95, "crop_mode": "center",
+                      "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "num_classes": 10}
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "resnet18", "pretrained_cfg": pretrained_cfg}))
+    candidate = Candidate(
+        run_id="r", job_key="k", source="timm/resnet18.a1_in1k", revision=None, resolved_revision="abc",
+        task="image-classification", model_type="resnet18", exporter="optimum", opset=18, job_status="passed",
+        artifacts_dir=str(tmp_path), variants=(_row("fp32", 1.0), _row("int8", 0.5)),
+    )
+    card = model_card(candidate, "org/resnet18-onnx")
+    assert "library_name: timm" in card and "transformers.js" not in card
+    assert "| `interpolation` | `\"bicubic\"` |" in card and "| `mean` | `[0.485, 0.456, 0.406]` |" in card
+    assert "| `input_size` | `[3, 64, 64]` |" in card and "| `crop_pct` | `0.95` |" in card
+    assert "timm.data.create_transform" in card and 'hf_hub_download("org/resnet18-onnx", "onnx/model_fp32.onnx")' in card
+    assert "ORTModelForImageClassification" in card and "| `onnx/model_int8.onnx` | int8:" in card

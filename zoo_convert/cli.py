@@ -546,6 +546,33 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
     click.echo(f"wrote {written} rows to {out_path} ({len(dropped)} dropped)")
 
 
+@manifest.command("coverage")
+@click.argument("path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
+@click.option("--rows", "per_row", is_flag=True, help="also print every row: number, path (yes/no/?), library, model type, task, source, why")
+@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True, help="model types without a path to list")
+def manifest_coverage(path: str, per_row: bool, top: int) -> None:
+    """Say how much of a manifest the farm has a conversion path for, by library and model type, weighted by rows.
+
+    Local rows are read from their config.json; hub rows from their model_type: and library: tags
+    (or model_type / library columns); nothing is asked of the Hub.
+
+    Example:
+
+    \b
+        zoo-convert manifest coverage manifests/hub_examples.parquet
+    """
+    from .coverage import manifest_coverage as cover
+    from .coverage import summary
+
+    rows = cover(path)
+    if per_row:
+        for r in rows:
+            mark = {True: "yes", False: "no", None: "?"}[r.path]
+            click.echo("\t".join([str(r.row), mark, r.library, r.model_type or "", r.task or "", r.source, r.reason]))
+    for line in summary(rows, top):
+        click.echo(line)
+
+
 def _usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask, where the OS has one)."""
     if hasattr(os, "sched_getaffinity"):  # Linux; macOS and Windows have no affinity mask

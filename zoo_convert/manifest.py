@@ -324,7 +324,8 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
     """Build a manifest of hub ids from a CSV with ``model_id``, ``task`` and ``library`` columns.
 
     Returns the number of rows written and why the others were dropped (unknown
-    task, invalid id, duplicate); tags carry the library and ``tiny`` for test models.
+    task, invalid id, duplicate); tags carry the library, ``tiny`` for test models and
+    ``model_type:<type>`` where the CSV has a ``model_type`` column.
     """
     import csv
 
@@ -341,7 +342,10 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
                 dropped.append(f"csv row {n}: {source}: task {task!r} is not an optimum task")
                 continue
             seen.add((source, task))
-            tags = [t for t in (rec.get("library"), "tiny" if rec.get("tiny_test_model") == "1" else None) if t]
+            # the model type as the zoo tags it, for `manifest coverage` (a hub row has no config.json to read)
+            model_type = (rec.get("model_type") or "").strip()
+            tiny = "tiny" if rec.get("tiny_test_model") == "1" else None
+            tags = [t for t in (rec.get("library"), tiny, f"model_type:{model_type}" if model_type else None) if t]
             rows.append({"source": source, "task": task, "tags": tags})
     write_manifest(rows, out_path)
     return len(rows), dropped

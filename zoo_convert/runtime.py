@@ -316,6 +316,7 @@ def _make_case(
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
         _use_real_text(exported, config, inputs)
+        _use_timm_images(exported, inputs)
         _user_masks(exported, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
         if reference:
@@ -608,6 +609,50 @@ def _use_real_text(exported: ExportedModel, config: OnnxConfig, inputs: dict[str
         # Each row is a different window of the text, wrapping around, so no row is padding.
         table = [[stream[(r * 7 + i) % len(stream)] for i in range(length)] for r in range(rows)]
         inputs[name] = ids.new_tensor(table)
+
+
+def _use_timm_images(exported: ExportedModel, inputs: dict[str, Any]) -> None:
+    """A timm model's pixel_values become images preprocessed as its ``pretrained_cfg`` says.
+
+    timm's eval transform of the checkpoint (resize by ``crop_pct`` with its interpolation,
+    center crop to ``input_size``, ``mean``/``std``) applied to fixed images, so verify sees the
+    value range a user feeds, not optimum's uniform noise; the shape stays as generated.
+    """
+    pixels = inputs.get("pixel_values")
+    ckpt = exported.checkpoint
+    if ckpt.library != "timm" or pixels is None or pixels.dim() != 4 or pixels.shape[1] != 3:
+        return
+    import torch
+    from timm.data import create_transform, resolve_data_config
+
+    data_config = resolve_data_config(pretrained_cfg=ckpt.config.get("pretrained_cfg") or {})
+    transform = create_transform(**data_config, is_training=False)
+    batch, _, height, width = pixels.shape
+    images = torch.stack([transform(image) for image in sample_images(batch, height, width)])
+    if images.shape == pixels.shape:  # a pretrained_cfg whose input_size is not the model's: keep optimum's
+        inputs["pixel_values"] = images.to(pixels.dtype)
+
+
+def sample_images(count: int, height: int, width: int) -> list[Any]:
+    """``count`` fixed RGB images a little larger than ``height`` x ``width`` and not square, so resize and crop both act.
+
+    Smooth colour fields with edges and fine grain, like a downscaled photo; the same on every run.
+    """
+    from PIL import Image, ImageDraw
+
+    images = []
+    for i in range(count):
+        rng = np.random.default_rng(1000 + i)
+        size = (int(width * 1.4) + 3, int(height * 1.2) + 5)
+        image = Image.fromarray(rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)).resize(size, Image.Resampling.BICUBIC)
+        draw = ImageDraw.Draw(image)
+        for _ in range(3):
+            x0, y0 = int(rng.integers(0, size[0] // 2)), int(rng.integers(0, size[1] // 2))
+            box = (x0, y0, x0 + int(rng.integers(4, size[0] // 2 + 5)), y0 + int(rng.integers(4, size[1] // 2 + 5)))
+            draw.ellipse(box, fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+        grain = rng.normal(0, 6, (size[1], size[0], 3))
+        images.append(Image.fromarray(np.clip(np.asarray(image, dtype=np.float64) + grain, 0, 255).astype(np.uint8)))
+    return images
 
 
 def _tokenizer(exported: ExportedModel) -> PreTrainedTokenizerBase | None:

@@ -7,7 +7,8 @@ from importlib import metadata
 
 import zoo_convert
 
-PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime", "onnxruntime-gpu")
+# timm builds the timm models: a new release may change an architecture, so it is part of the cache key too.
+PACKAGES = ("torch", "timm", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime", "onnxruntime-gpu")
 
 
 @functools.cache

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from ..records import JS_DTYPES, JS_SUFFIXES, PASSED
 from ..sources import is_local
@@ -76,12 +78,14 @@ def model_card(
     hub = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
     pipeline_tag = PIPELINE_TAGS.get((c.task or "").removesuffix("-with-past"))
     from_hub = not is_local(c.source)
+    timm_cfg = _timm_pretrained_cfg(c)
+    library = "timm" if timm_cfg is not None else "transformers.js"
     data = ModelCardData(
         base_model=c.source if from_hub else None,
-        library_name="transformers.js",
+        library_name=library,
         pipeline_tag=pipeline_tag,
         license=license,
-        tags=["onnx", "onnxruntime", "optimum", "transformers.js", "zoo-convert", *([c.model_type] if c.model_type else [])],
+        tags=["onnx", "onnxruntime", "optimum", library, "zoo-convert", *([c.model_type] if c.model_type else [])],
     )
     name = repo_id.split("/")[-1]
     rev = (c.resolved_revision or "").split(":")[-1][:12]
@@ -131,28 +135,7 @@ def model_card(
         ),
         "```",
         "",
-        "With [Transformers.js](https://huggingface.co/docs/transformers.js):",
-        "",
-        "```js",
-        "import { pipeline } from '@huggingface/transformers';",
-        "",
-        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
-        "```",
-        "",
-        "| `dtype` | file | variant |",
-        "|---|---|---|",
-        *(
-            f"| `'{d}'` | `{_named(v.file, v.variant, d)}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
-            for v in published
-            if v.file
-            for d in JS_DTYPES.get(v.variant, ())
-        ),
-        "",
-        *(
-            [f"`'{shared[0]}'` and `'{shared[1]}'` load the same graph: one file under two names.", ""]
-            if (shared := next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None))
-            else []
-        ),
+        *(_timm_usage(repo_id, timm_cfg, published) if timm_cfg is not None else _js_usage(c, repo_id, pipeline_tag, published, dtypes)),
         *(
             [
                 "With [sentence-transformers](https://sbert.net) (its modules are in the repo):",
@@ -170,6 +153,80 @@ def model_card(
     ]
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
     return str(card)
+
+
+def _js_usage(c: Candidate, repo_id: str, pipeline_tag: str | None, published: list[VariantRow], dtypes: list[str]) -> list[str]:
+    """How transformers.js loads the repo, and which dtype names which file."""
+    shared = next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None)
+    return [
+        "With [Transformers.js](https://huggingface.co/docs/transformers.js):",
+        "",
+        "```js",
+        "import { pipeline } from '@huggingface/transformers';",
+        "",
+        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
+        "```",
+        "",
+        "| `dtype` | file | variant |",
+        "|---|---|---|",
+        *(
+            f"| `'{d}'` | `{_named(v.file, v.variant, d)}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
+            for v in published
+            if v.file
+            for d in JS_DTYPES.get(v.variant, ())
+        ),
+        "",
+        *([f"`'{shared[0]}'` and `'{shared[1]}'` load the same graph: one file under two names.", ""] if shared else []),
+    ]
+
+
+# The pretrained_cfg fields that say how to preprocess an image for a timm model.
+_TIMM_PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
+
+
+def _timm_pretrained_cfg(c: Candidate) -> dict[str, Any] | None:
+    """The pretrained_cfg of a timm checkpoint's config.json (copied beside onnx/), None for any other library."""
+    file = Path(c.artifacts_dir, "config.json") if c.artifacts_dir else None
+    try:
+        config = json.loads(file.read_text()) if file is not None and file.is_file() else None
+    except (OSError, ValueError):
+        return None
+    cfg = config.get("pretrained_cfg") if isinstance(config, dict) else None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _timm_usage(repo_id: str, cfg: dict[str, Any], published: list[VariantRow]) -> list[str]:
+    """How to preprocess an image as the timm checkpoint's pretrained_cfg says, and run the graph in ONNX Runtime."""
+    files = [v for v in published if v.file]
+    return [
+        "With [timm](https://huggingface.co/docs/timm)'s preprocessing and ONNX Runtime: the graph takes",
+        "`pixel_values` (batch x channels x height x width, float32) prepared as the checkpoint's `pretrained_cfg`",
+        "(in `config.json`) says:",
+        "",
+        "| pretrained_cfg | value |",
+        "|---|---|",
+        *(f"| `{k}` | `{json.dumps(cfg[k])}` |" for k in _TIMM_PREPROCESSING if k in cfg),
+        "",
+        "```python",
+        "import json",
+        "",
+        "import onnxruntime as ort",
+        "import timm.data",
+        "from huggingface_hub import hf_hub_download",
+        "from PIL import Image",
+        "",
+        f'cfg = json.load(open(hf_hub_download("{repo_id}", "config.json")))["pretrained_cfg"]',
+        "transform = timm.data.create_transform(**timm.data.resolve_data_config(pretrained_cfg=cfg))",
+        f'session = ort.InferenceSession(hf_hub_download("{repo_id}", "{files[0].file if files else "onnx/model.onnx"}"))',
+        'pixels = transform(Image.open("image.jpg").convert("RGB")).unsqueeze(0).numpy()',
+        'logits = session.run(None, {"pixel_values": pixels})[0]',
+        "```",
+        "",
+        "| file | variant |",
+        "|---|---|",
+        *(f"| `{v.file}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |" for v in files),
+        "",
+    ]
 
 
 def _named(file: str, variant: str, dtype: str) -> str:

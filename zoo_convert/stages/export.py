@@ -127,6 +127,8 @@ def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> 
 
 def _missing_processor(ckpt: Checkpoint, task: str) -> str:
     """What an export failure of an image or audio model may owe to its missing processor config."""
+    if ckpt.library == "timm":  # sized by its pretrained_cfg: a timm checkpoint has no processor config
+        return ""
     if any((ckpt.path / name).is_file() for name in _PROCESSOR_FILES):
         return ""
     config = ckpt.config
@@ -147,6 +149,8 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     from optimum.exporters.tasks import TasksManager
 
     task: str = TasksManager.map_from_synonym(ckpt.task)
+    if ckpt.library == "timm":
+        return _timm_task(ckpt, task)
     if ckpt.library != "transformers":
         # optimum keys other libraries by its own model types ("transformer" for
         # sentence-transformers); as in main_export, their support shows at load time.
@@ -170,17 +174,37 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
     return task
 
 
+def _timm_task(ckpt: Checkpoint, task: str) -> str:
+    """optimum exports timm models for image-classification alone; a model without a classifier is that graph too.
+
+    A timm model built with ``num_classes=0`` (CLIP and SigLIP towers, backbones) returns its
+    pooled features from the same forward: the graph's one output (optimum names it ``logits``) holds them.
+    """
+    if task == "image-classification":
+        return task
+    if task in ("feature-extraction", "image-feature-extraction") and ckpt.config.get("num_classes") == 0:
+        return "image-classification"
+    raise ExportError(
+        f"optimum exports timm models for image-classification (and the features of one without a classifier, "
+        f"num_classes 0); not {task!r}" + (f" of a model with {ckpt.config['num_classes']} classes" if "num_classes" in ckpt.config else ""),
+        kind=FailureKind.EXPORT_UNSUPPORTED,
+    )
+
+
 def _load_model(ckpt: Checkpoint, task: str) -> tuple[Any, LoadingReport | None]:
     """Load the torch model the way optimum's main_export does (fp32, eval, cache per task), with its loading report.
 
     transformers hands its report back from the same ``from_pretrained`` call
     (``output_loading_info``), so the weights are read once; ``ignore_mismatched_sizes``
     makes a tensor of another shape a line of the report instead of an exception.
-    Other libraries' loaders give none here (None).
+    timm's is made by :func:`_load_timm_weights`; the other libraries' loaders give none here (None).
     """
     import torch
     from optimum.exporters.tasks import TasksManager
 
+    if ckpt.library == "timm":
+        timm_model, timm_report = _load_timm(ckpt)
+        return timm_model.to(torch.float32).eval(), timm_report
     with_report = ckpt.library == "transformers"
     loaded = TasksManager.get_model_from_task(
         task,
@@ -381,6 +405,50 @@ def _task_hint(ckpt: Checkpoint, task: str, loaded: str) -> str:
         if fits and arch != loaded and task.removesuffix("-with-past") not in fits:
             return f"; the checkpoint's weights are for {arch}: try task {fits[0]}"
     return ""
+
+
+def _load_timm(ckpt: Checkpoint) -> tuple[Any, LoadingReport]:
+    """A timm checkpoint folder (``config.json`` with ``pretrained_cfg``, ``model.safetensors``), built as optimum builds one.
+
+    optimum loads timm with ``create_model("hf_hub:<id>")``, which refuses a folder; ``local-dir:``
+    is timm's own source for one (the architecture and model_args of its config.json, exportable
+    layers). A checkpoint fetched from the Hub is such a folder too: fetch downloaded it at its revision.
+    """
+    import timm
+
+    arch = ckpt.model_type
+    if not timm.is_model(arch):
+        raise ExportError(
+            f"{ckpt.path.name}: architecture {arch!r} is unknown to timm {timm.__version__}",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    model = timm.create_model(f"local-dir:{ckpt.path}", pretrained=False, exportable=True)
+    return model, _load_timm_weights(model, ckpt.path)
+
+
+def _load_timm_weights(model: Any, folder: Path) -> LoadingReport:
+    """Load the folder's weights into the model and report what they leave uncovered (check_weights judges it).
+
+    timm's own pretrained loading would pass a checkpoint's filter function and adapt the
+    classifier; a checkpoint saved by timm is the model's state dict as is.
+    """
+    import safetensors.torch
+    import torch
+
+    safe = sorted(folder.glob("*.safetensors"))
+    file = folder / "model.safetensors" if (folder / "model.safetensors").is_file() else (safe or [folder / "pytorch_model.bin"])[0]
+    if not file.is_file():
+        raise ExportError(f"{folder.name}: no model.safetensors (or pytorch_model.bin) for timm to load")
+    # fetch refused pickle weights unless the entry allows them; weights_only unpickles tensors alone
+    state = safetensors.torch.load_file(file) if file.suffix == ".safetensors" else torch.load(file, weights_only=True)
+    own = model.state_dict()
+    mismatched = tuple(k for k, v in state.items() if k in own and own[k].shape != v.shape)
+    result = model.load_state_dict({k: v for k, v in state.items() if k not in mismatched}, strict=False)
+    return LoadingReport(
+        missing=tuple(k for k in result.missing_keys if k not in mismatched),
+        unexpected=tuple(result.unexpected_keys),
+        mismatched=mismatched,
+    )
 
 
 def _tokenizer_pad_id(ckpt: Checkpoint) -> int:

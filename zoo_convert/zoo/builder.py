@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 
 from ..errors import UsageError
 from ..manifest import SCHEMA
-from .catalogue import CTC_VOCAB, IMAGE_SIZE, TASK_CLASSES, WHISPER_FRAMES, ZOO, ZooModel
+from .catalogue import CTC_VOCAB, IMAGE_SIZE, TASK_CLASSES, TIMM_CLASSES, TIMM_INPUT, WHISPER_FRAMES, ZOO, ZooModel
 from .tokenizers import make_tokenizer
 
 if TYPE_CHECKING:
+    import torch
     from transformers import (
         FeatureExtractionMixin,
         ImageProcessingMixin,
@@ -100,6 +101,9 @@ def build_model(spec: ZooModel, folder: Path) -> None:
     if spec.library == "diffusers":
         _build_pipeline(spec, folder)
         return
+    if spec.library == "timm":
+        _build_timm(spec, folder)
+        return
     config_kwargs = copy.deepcopy(spec.config)  # composite configs pop keys from their sub-config dicts
     tokenizer = None
     if spec.tokenizer is not None:
@@ -126,6 +130,42 @@ def build_model(spec: ZooModel, folder: Path) -> None:
         _PROCESSORS[spec.processor](config, tokenizer).save_pretrained(folder)
     if spec.sentence_transformers:
         _write_sentence_transformers(folder, config.hidden_size)
+
+
+def _build_timm(spec: ZooModel, folder: Path) -> None:
+    """A timm checkpoint as ``timm.models.save_for_hf`` writes one: config.json (architecture, model_args,
+    pretrained_cfg) and model.safetensors, with seeded weights moved off their init."""
+    import timm
+    import torch
+    from timm.models import save_for_hf
+
+    side = int(spec.config.get("img_size", TIMM_INPUT))
+    args = {**spec.config, "num_classes": TIMM_CLASSES}
+    torch.manual_seed(model_seed(spec.name))
+    model = timm.create_model(spec.model_type, pretrained_cfg_overlay={"input_size": (3, side, side)}, **args)
+    perturb(model, model_seed(spec.name))
+    save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+
+
+def perturb(model: torch.nn.Module, seed: int) -> None:
+    """Move every weight and normalization statistic off its init, deterministically.
+
+    A fresh timm init proves little: residual branches end in zero-initialized norms
+    (``zero_init_last``), heads start at zero, batch norms hold mean 0 and variance 1;
+    an export that dropped any of them would still match PyTorch.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if not tensor.is_floating_point():
+                continue
+            noise = torch.randn(tensor.shape, generator=gen)
+            if name.endswith("running_var"):
+                tensor.mul_(torch.exp(0.2 * noise))
+            else:
+                tensor.mul_(1 + 0.2 * noise).add_(0.05 * torch.randn(tensor.shape, generator=gen))
 
 
 def model_seed(name: str) -> int:

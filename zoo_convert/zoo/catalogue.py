@@ -24,6 +24,9 @@ from .tokenizers import (
 )
 
 IMAGE_SIZE = 32
+# The input side of the zoo's timm convnets (their pretrained_cfg input_size) and their classes.
+TIMM_INPUT = 64
+TIMM_CLASSES = 10
 # Whisper's encoder takes a fixed number of mel frames; optimum's dummy input has 3000 (30 s at hop 160).
 WHISPER_FRAMES = 3000
 WHISPER_MEL_BINS = 16
@@ -70,8 +73,10 @@ class ZooModel:
         sentence_transformers: also write the sentence-transformers module files.
         exporter: the manifest row's exporter (``optimum`` or ``torch``).
         max_shard_size: save the weights in safetensors shards of at most this size.
-        library: ``transformers``, or ``diffusers`` for a pipeline (``config`` then holds each
-            component's arguments by folder: unet, vae, text_encoder, scheduler).
+        library: ``transformers``; ``diffusers`` for a pipeline (``config`` then holds each
+            component's arguments by folder: unet, vae, text_encoder, scheduler); or ``timm``: then
+            ``model_type`` is the timm architecture and ``config`` the ``create_model`` arguments that
+            make it tiny (saved as its ``model_args``).
     """
 
     name: str
@@ -90,9 +95,10 @@ class ZooModel:
 
     @property
     def tags(self) -> list[str]:
-        """The manifest tags: ``zoo``, the family and the model type."""
+        """The manifest tags: ``zoo``, the family and the model type (a timm model's architecture), the library."""
         tags = ["zoo", f"family:{self.family}", f"model_type:{self.model_type}"]
-        tags += ["library:diffusers"] if self.library == "diffusers" else []
+        if self.library != "transformers":
+            tags.append(f"library:{self.library}")
         return tags + (["library:sentence_transformers"] if self.sentence_transformers else [])
 
 
@@ -123,6 +129,9 @@ _SPEECH = dict(
     num_conv_pos_embeddings=16,
     num_conv_pos_embedding_groups=2,
 )
+# timm: 2 blocks of width 32 (2 heads); a convnet's pretrained_cfg input size is TIMM_INPUT.
+_TIMM_VIT = dict(embed_dim=32, depth=2, num_heads=2)
+_TIMM_SWIN = dict(img_size=IMAGE_SIZE, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4)
 _T5 = dict(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2)
 _TINY_RESNET = dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic")
 # DETR-style detectors: a resnet backbone, then a transformer encoder and decoder over object queries.
@@ -680,5 +689,27 @@ ZOO: tuple[ZooModel, ...] = (
         clip_bpe(),
         processor="clip",
         library="diffusers",
+    ),
+    *(
+        ZooModel(name, "vision", "image-classification", arch, args, library="timm")
+        for name, arch, args in (
+            # timm's own test architectures (real layer mixes at a tiny width) and real architectures
+            # made tiny by their create_model arguments, one or more per timm module, chosen by the
+            # modules' share of manifests/hub_examples.parquet.
+            ("timm-test-vit", "test_vit", {"img_size": 64}),
+            ("timm-vit-tiny", "vit_tiny_patch16_224", {**_TIMM_VIT, "img_size": IMAGE_SIZE, "patch_size": 8}),
+            ("timm-test-resnet", "test_resnet", {}),
+            ("timm-resnet18", "resnet18", {"channels": (8, 16, 32, 64)}),
+            ("timm-test-efficientnet", "test_efficientnet", {}),
+            ("timm-convnext-atto", "convnext_atto", {"depths": (1, 1, 1, 1), "dims": (16, 16, 32, 32)}),
+            ("timm-eva02-tiny", "eva02_tiny_patch14_224", {**_TIMM_VIT, "img_size": 28}),
+            ("timm-regnety", "regnety_002", {"depth": 6, "w0": 8, "wa": 8.0, "wm": 2.0, "group_size": 8, "stem_width": 8}),
+            ("timm-test-byobnet", "test_byobnet", {}),
+            ("timm-test-maxvit", "test_maxvit", {"img_size": 64}),
+            ("timm-mobilenetv3-small", "mobilenetv3_small_050", {}),
+            ("timm-xcit-nano", "xcit_nano_12_p16_224", {**_TIMM_VIT, "img_size": IMAGE_SIZE}),
+            ("timm-test-nfnet", "test_nfnet", {}),
+            ("timm-swin-tiny", "swin_tiny_patch4_window7_224", _TIMM_SWIN),
+        )
     ),
 )
