@@ -99,7 +99,11 @@ def _describe(source: str, tags: tuple[str, ...], extra: dict[str, Any]) -> tupl
         library = "sentence-transformers" if (folder / "modules.json").is_file() else "transformers"
         return library, config.get("model_type")
     if is_local(source) and (Path(source).expanduser() / "model_index.json").is_file():
-        return "diffusers", None
+        try:
+            index = json.loads((Path(source).expanduser() / "model_index.json").read_text())
+        except (OSError, ValueError):
+            index = {}
+        return "diffusers", (index.get("_class_name") if isinstance(index, dict) else None) or None
     named = extra.get("library") or next((t.split(":", 1)[1] for t in tags if t.startswith("library:")), None)
     named = str(named or next((t for t in tags if t in _LIBRARIES), None) or "transformers")
     library = _LIBRARIES.get(named, named)
@@ -119,6 +123,10 @@ def _is_timm_arch(name: str) -> bool:
     return bool(name) and bool(timm.is_model(name))
 
 
+# model_type tags of UNet pipelines (StableDiffusion*, LatentConsistency) and the pipeline class names of local ones
+_UNET_PIPELINES = ("stable-diffusion", "latent-consistency", "StableDiffusion", "LatentConsistency")
+
+
 def _has_path(library: str, model_type: str | None, task: str | None) -> tuple[bool | None, str]:
     if library == "timm":
         import timm
@@ -130,6 +138,11 @@ def _has_path(library: str, model_type: str | None, task: str | None) -> tuple[b
         if task not in (None, "image-classification"):
             return False, f"optimum exports timm models for image-classification, not {task}"
         return True, ""
+    if library == "diffusers":
+        # optimum splits any pipeline; the farm has verified UNet pipelines (Stable Diffusion, SDXL) end to end
+        if model_type is None or model_type.startswith(_UNET_PIPELINES):
+            return True, ""
+        return False, f"diffusers {model_type}: the farm verifies UNet pipelines (Stable Diffusion, SDXL) only"
     if library not in ("transformers", "sentence-transformers"):
         return False, f"no exporter for {library} checkpoints"
     if model_type is None:
