@@ -5,7 +5,9 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 * 0 done: the command did what it was asked (``run`` exits 0 whatever the models did).
 * 1 a recorded failure (a model that did not convert, a regression found, a model that
   did not publish) or an operational error: the results DB locked, missing or
-  unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable.
+  unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable, an unusable
+  ``--out``, a ``run`` stopped early because every job met the same fault of the machine
+  (:class:`~zoo_convert.errors.MachineFaultError`).
 * 2 bad usage: a wrong option or argument (click's own errors,
   :class:`~zoo_convert.errors.UsageError`) or a manifest file that cannot be used
   (:class:`~zoo_convert.errors.ManifestError`); also ``run`` refused because another run
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
+from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError
 from .hub_budget import Governor, HubLimits
 from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
@@ -466,7 +468,8 @@ def run(
 
     Jobs already answered in the DB (same checkpoint, settings and toolchain) are
     skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
-    completed, whatever the models did. One run per DB: a second one stops at
+    completed, whatever the models did; 1 when it stopped early because every job met
+    the same fault of the machine (a full disk, lost workers), which the next run redoes. One run per DB: a second one stops at
     once, saying which run holds it (or waits, with --wait).
 
     Example:
@@ -498,7 +501,9 @@ def run(
         hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
         wait=wait,
     )
-    run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
+    report = run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
+    if report.stopped:
+        raise MachineFaultError(report.stopped)
 
 
 @cli.group()
