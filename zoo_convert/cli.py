@@ -314,7 +314,7 @@ def db_query(db_path: str, fmt: str, sql: str) -> None:
     from .store import ResultStore
     from .store.queries import FORMATS, query
 
-    columns, rows = query(ResultStore(db_path, read_only=True), sql)
+    columns, rows = query(ResultStore(db_path, read_only=True), sql, untrusted=True)
     if columns:
         click.echo(FORMATS[fmt](columns, rows))
 

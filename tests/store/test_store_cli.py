@@ -84,6 +84,32 @@ def test_query_is_read_only(db: str) -> None:
     assert code == 2 and "read-only" in out
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY results TO '{out}/results.csv'",
+        "EXPORT DATABASE '{out}/everything'",
+        "SELECT * FROM read_text('{secret}')",
+        "SELECT * FROM read_csv('{secret}')",
+        "ATTACH '{out}/other.duckdb' AS other",
+        "INSTALL httpfs",
+        "SET enable_external_access = true",
+    ],
+    ids=["copy-to", "export-database", "read-text", "read-csv", "attach", "install", "turn-it-back-on"],
+)
+def test_query_touches_no_file_beside_the_db_and_installs_nothing(sql: str, db: str, tmp_path: Path) -> None:
+    """`db query` refused writes, but COPY ... TO, EXPORT DATABASE, read_text('/etc/shadow') and INSTALL all worked."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$hash\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    code, output = run("db", "query", "--db", db, sql.format(out=out, secret=secret))
+    assert code == 2 and "query failed: " in output, output
+    assert "$6$hash" not in output and list(out.iterdir()) == []
+    code, output = run("db", "query", "--db", db, "SELECT count(*) AS n FROM results")
+    assert code == 0  # what it is for still works
+
+
 def test_export_writes_parquet(db: str, tmp_path: Path) -> None:
     code, _ = run("db", "export", "--db", db, str(tmp_path))
     assert code == 0
