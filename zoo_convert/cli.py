@@ -18,6 +18,7 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 from __future__ import annotations
 
 import atexit
+import math
 import contextlib
 import ctypes
 import os
@@ -77,8 +78,9 @@ def cli() -> None:
 
 
 def _not_nan(param: click.Parameter, value: float) -> float:
-    if value != value:  # FloatRange lets NaN through: it compares false with either bound
-        raise click.BadParameter("must be a number of seconds, not nan", param=param)
+    # FloatRange lets NaN through (it compares false with either bound) and inf, which a manifest's timeout_s refuses
+    if not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number of seconds, not {value}", param=param)
     return value
 
 
