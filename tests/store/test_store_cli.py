@@ -123,6 +123,24 @@ def test_dashboard_command_writes_the_site(db: str, tmp_path: Path) -> None:
     assert code == 0 and (tmp_path / "site" / "index.html").exists() and "wrote" in out
 
 
+def test_dashboard_never_deletes_files_that_are_no_earlier_dashboards(db: str, tmp_path: Path) -> None:
+    """`dashboard --out` on an existing folder deleted the user's details/important.txt."""
+    site = tmp_path / "site"
+    assert run("dashboard", "--db", db, "--out", str(site))[0] == 0
+    assert run("dashboard", "--db", db, "--out", str(site))[0] == 0  # an earlier dashboard: rebuilt in place
+    (site / "details" / "important.txt").write_text("mine")
+    code, out = run("dashboard", "--db", db, "--out", str(site))
+    assert code == 2 and "holds files that are no dashboard's (details/important.txt)" in out, out
+    assert (site / "details" / "important.txt").read_text() == "mine"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.md").write_text("mine")
+    (home / "index.html").write_text("<html>my own page</html>")
+    code, out = run("dashboard", "--db", db, "--out", str(home))
+    assert code == 2 and "(index.html, notes.md)" in out, out
+    assert (home / "index.html").read_text() == "<html>my own page</html>"
+
+
 def _damaged(tmp_path: Path, how: str) -> Path:
     """A results DB cut in half, or with bytes flipped in its data blocks (a checksum mismatch)."""
     path = tmp_path / f"{how}.duckdb"
