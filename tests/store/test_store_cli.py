@@ -141,6 +141,24 @@ def test_dashboard_never_deletes_files_that_are_no_earlier_dashboards(db: str, t
     assert (home / "index.html").read_text() == "<html>my own page</html>"
 
 
+@pytest.mark.parametrize("where", ["read-only", "under-a-file"])
+def test_a_db_that_cannot_be_written_is_one_line_exit_1(where: str, tmp_path: Path, tiny_disk) -> None:
+    """A DB on a read-only file system, or --db under a path that is a file: tracebacks from lock.py."""
+    from zoo_convert.manifest import write_manifest
+
+    manifest = write_manifest([{"source": "bad..id"}], tmp_path / "m.parquet")
+    if where == "read-only":
+        db = tiny_disk("ro") / "results.duckdb"
+    else:
+        (tmp_path / "a-file").write_text("")
+        db = tmp_path / "a-file" / "results.duckdb"
+    res = CliRunner().invoke(cli, ["run", str(manifest), "--db", str(db), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    said = "Read-only file system" if where == "read-only" else f"{tmp_path / 'a-file'} is a file, not a folder"
+    assert str(db) in res.output and said in res.output, res.output
+
+
 def _damaged(tmp_path: Path, how: str) -> Path:
     """A results DB cut in half, or with bytes flipped in its data blocks (a checksum mismatch)."""
     path = tmp_path / f"{how}.duckdb"

@@ -50,7 +50,10 @@ class ResultStore:
         if read_only and not self.path.exists():
             raise StoreError(f"no results database at {self.path}")
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a --db under a file, a read-only file system
+                raise StoreError(f"{self.path}: cannot make its folder: {exc.strerror or exc}") from exc
         with self.connect() as con:
             if read_only:
                 _check_version(con, self.path)
