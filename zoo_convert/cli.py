@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError
+from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
 from .hub_budget import Governor, HubLimits
 from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
@@ -58,7 +58,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ZooConvertError as exc:
-            click.echo(f"Error: {exc}", err=True)  # as click prints its own errors
+            click.echo(f"Error: {printable(str(exc), 2000)}", err=True)  # as click prints its own errors, on one line
             ctx.exit(exit_code(exc))
 
 
@@ -527,9 +527,9 @@ def manifest_validate(path: str) -> None:
 
     m = read_manifest(path)
     for warning in m.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {printable(str(warning), 1000)}", err=True)
     for problem in m.problems:
-        click.echo(str(problem))
+        click.echo(printable(str(problem), 1000))  # a row's values are anyone's: no control character reaches the terminal
     click.echo(f"{m.rows} rows, {len(m.entries)} jobs, {len(m.problems)} problems", err=True)
     sys.exit(1 if m.problems else 0)
 

@@ -294,6 +294,17 @@ def first_line(exc: BaseException) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
 
 
+# C0 and C1 controls and DEL: in a name or message they could move the cursor, set a terminal's
+# title (OSC) or forge a line of output. Escaped, not dropped: the name stays recognisable.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {c: f"\\u{c:04x}" for c in range(0x80, 0xA0)}
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` for a terminal or a log: control characters (newlines too) escaped, cut at ``limit`` characters."""
+    shown = text.translate(_CONTROLS)
+    return shown if limit is None or len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 def is_our_bug(exc: BaseException) -> bool:
     """Whether ``exc`` is a bug of ours (``internal``): not one of our errors, raised in zoo_convert's own code."""
     if isinstance(exc, ZooConvertError):

@@ -56,7 +56,15 @@ from ray.actor import ActorProxy
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
-from .errors import FailureKind, ManifestError, OutputDirError, UnsafeForkServerError, ZooConvertError, first_line
+from .errors import (
+    FailureKind,
+    ManifestError,
+    OutputDirError,
+    UnsafeForkServerError,
+    ZooConvertError,
+    first_line,
+    printable,
+)
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
@@ -72,6 +80,7 @@ from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
 MAX_LISTED = 20  # failures named at the end of a run; the rest are counted
+FIELD_LIMIT = 300  # characters of a name or message on a line of the run's output
 # The machine's faults (a full or failing disk, lost workers and nodes): when this many jobs in a
 # row (or every job of a smaller run) meet the same one, the run stops instead of recording the rest.
 MACHINE_FAULTS = frozenset({FailureKind.STORAGE_ERROR, FailureKind.WORKER_LOST})
@@ -190,7 +199,7 @@ class FailureLine:
         """model (with the variant), kind, stage, first line of the message."""
         model = f"{self.source} [{self.variant}]" if self.variant else self.source
         first = (self.message or "").strip().splitlines()
-        return model, self.kind, self.stage, first[0] if first else ""
+        return printable(model, FIELD_LIMIT), self.kind, self.stage, printable(first[0], FIELD_LIMIT) if first else ""
 
 
 @ray.remote(max_retries=0, retry_exceptions=False, max_calls=0)
@@ -652,7 +661,7 @@ class Progress:
         what = INCONCLUSIVE if result.status == INCONCLUSIVE else what
         broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
-            f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
+            f"[{report.recorded}/{self.todo}] {what:<24} {printable(result.source, FIELD_LIMIT)} ({result.exporter}, opset {opset})"
             f" attempts={result.attempts}" + (f"  [{', '.join(broken)}]" if broken else "")
         )
 
@@ -719,5 +728,6 @@ class Progress:
     def _line(self, text: str) -> None:
         if self.live:
             self.stream.write("\r\x1b[K")  # clear the bar, or a shorter line leaves its tail behind
-        self.stream.write(text + "\n")
+        # names and messages are anyone's: a folder named with ESC or a newline must not forge a line
+        self.stream.write(printable(text) + "\n")
         self.stream.flush()
