@@ -115,3 +115,17 @@ def test_static_tables_match_the_toolchain() -> None:
     assert TASKS == set(TasksManager.get_all_tasks()) | set(TasksManager._SYNONYM_TASK_MAP)
     assert (MIN_OPSET, MAX_OPSET) == (_constants.ONNX_MIN_OPSET, _constants.ONNX_MAX_OPSET)
     assert MAX_OPSET <= onnx.defs.onnx_opset_version()
+
+
+def test_a_local_folder_with_revisions_is_said_per_row(tmp_path: Path) -> None:
+    """`manifest validate` said 0 problems, then `run` stopped after one job: 'job ... is already recorded in run ...'."""
+    (tmp_path / "bert").mkdir()
+    rows = [{"source": "bert", "revision": "main"}, {"source": "bert", "revision": "v1"}, {"source": "org/model",
+            "revision": "v1"}, {"source": "bert"}]  # fmt: skip
+    m = read_manifest(write_manifest(rows, tmp_path / "m.parquet"))
+    reasons = {p.row: p.reason for p in m.problems}
+    assert reasons == {
+        1: "revision 'main' given for a local folder, which has none: leave it empty",
+        2: "revision 'v1' given for a local folder, which has none: leave it empty",
+    }
+    assert [(e.source, e.revision) for e in m.entries] == [("org/model", "v1"), (str(tmp_path / "bert"), None)]

@@ -144,6 +144,11 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
     missing_dir = [s is not None and _looks_local(s) and not os.path.isdir(s) for s in sources]
     flag(pa.array(missing_dir), lambda i: f"local checkpoint folder not found: {sources[i]}")
+    # A folder is converted as it is on disk (its content hash is its revision): a revision would be ignored,
+    # and two rows of one folder with two revisions would be one job twice.
+    revision = col("revision")
+    flag(pc.and_kleene(local, pc.invert(pc.is_null(revision))),
+         lambda i: f"revision {revision[i].as_py()!r} given for a local folder, which has none: leave it empty")  # fmt: skip
 
     task = col("task")
     known = pc.or_kleene(pc.is_in(task, value_set=pa.array(sorted(TASKS))), pc.is_null(task))

@@ -127,6 +127,12 @@ def make_plan(
     would keep showing the other version; run again, it shows what is there now.
     """
     jobs, unresolved = keyed_jobs(manifest.entries, settings)
+    # Rows the manifest tells apart may still be one job: a hub id with no revision and with "main" resolve to
+    # one commit, so one key. The first row runs it; the run must never record one job twice and abort.
+    firsts: dict[str, Job] = {}
+    for job in jobs:
+        firsts.setdefault(job.key, job)
+    jobs = list(firsts.values())
     invalid = [
         InvalidRow(row_key(p.row, manifest.bad_rows[p.row]), p, manifest.bad_rows[p.row])
         for p in manifest.problems
