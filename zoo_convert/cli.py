@@ -530,6 +530,8 @@ def manifest_validate(path: str) -> None:
         click.echo(f"warning: {printable(str(warning), 1000)}", err=True)
     for problem in m.problems:
         click.echo(printable(str(problem), 1000))  # a row's values are anyone's: no control character reaches the terminal
+    if m.duplicates_summary:
+        click.echo(f"warning: {m.duplicates_summary}", err=True)
     click.echo(f"{m.rows} rows, {len(m.entries)} jobs, {len(m.problems)} problems", err=True)
     sys.exit(1 if m.problems else 0)
 

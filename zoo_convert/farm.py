@@ -333,6 +333,8 @@ def _run_farm(
         run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
     )
     progress = progress or Progress()
+    if manifest.duplicates_summary:
+        progress.note(manifest.duplicates_summary)  # once: never a job, nor a result
     progress.start(report, len(plan.jobs) + len(plan.invalid))
     needs_ray = bool(plan.jobs) or (bool(plan.unresolved) and options.max_attempts > 1)
     started_ray = needs_ray and not ray.is_initialized()
@@ -639,6 +641,10 @@ class Progress:
             self._line(f"run {report.label}: {todo} to do, {report.skipped} of {report.total} already done"
                        + (f", {report.unresolved} hub ids to resolve again (the Hub did not answer)"
                           if report.unresolved else ""))
+
+    def note(self, text: str) -> None:
+        """One line about the run's input (duplicate rows)."""
+        self._line(text)
 
     def resolved(self, new_jobs: int, still: list[ManifestEntry], attempt: int, *, final: bool) -> None:
         """A later try at resolving hub ids: how many became jobs, and what is still unresolved."""
