@@ -59,6 +59,15 @@ def test_a_graph_copy_cut_short_by_a_full_disk_is_storage_error_not_a_corrupt_mo
     assert check(exported)["model"]["value_infos"] > 0  # room made: the same graph checks
 
 
+def test_a_job_the_disk_failed_leaves_no_folder_behind(models: Path, tiny_disk) -> None:
+    """The transient tries of a job on a full disk each left a folder; none was ever pointed at by a result."""
+    out = tiny_disk("size=700k")  # gpt2's export fits, its check's copy or optimize does not
+    result = convert_one(ManifestEntry(source=str(models / "gpt2"), variants=("fp32",)), Settings(out_dir=str(out),
+                         benchmark=False))  # fmt: skip
+    assert result.failure_kind == "storage_error" and result.stage in ("export", "check", "optimize"), result.message
+    assert result.artifacts_dir is None and list(out.iterdir()) == []
+
+
 def test_an_unusable_out_folder_is_storage_error(models: Path) -> None:
     result = convert_one(ManifestEntry(source=str(models / "bert"), variants=("fp32",)), Settings(out_dir="/proc/self/x"))
     assert (result.failure_kind, result.stage) == ("storage_error", "export"), result.message

@@ -104,8 +104,12 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
         run.fail(exc)
-        if out_dir is not None and "artifacts_dir" not in run.facts:  # no result points at it: leave no folder behind
+        # No result points at it, or the machine failed the job (a full disk: the space is wanted back, and the
+        # next try claims a folder of its own): leave no folder behind.
+        machine = not FailureKind(run.failure["failure_kind"]).terminal
+        if out_dir is not None and ("artifacts_dir" not in run.facts or machine):
             _discard(out_dir, Path(settings.out_dir))
+            run.facts.pop("artifacts_dir", None)
     return run.result(settings)
 
 
