@@ -63,7 +63,8 @@ def query(store: ResultStore, sql: str, params: Params = None, *, untrusted: boo
         try:
             cur = con.execute(sql, params or [])
         except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL: bad usage, exit 2
-            raise UsageError(f"query failed: {exc}") from exc
+            # the first line: DuckDB's next ones point into the statement, and the CLI prints one line
+            raise UsageError(f"query failed: {next((ln for ln in str(exc).splitlines() if ln.strip()), '')}") from exc
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
