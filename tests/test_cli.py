@@ -116,7 +116,8 @@ def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
     [
         ("--timeout", "-1", "'--timeout': -1.0 is not in the range x>0"),
         ("--timeout", "0", "'--timeout': 0.0 is not in the range x>0"),
-        ("--timeout", "nan", "'--timeout': must be a number of seconds, not nan"),
+        ("--timeout", "nan", "'--timeout': must be a finite number of seconds, not nan"),
+        ("--timeout", "inf", "'--timeout': must be a finite number of seconds, not inf"),  # refused in a manifest too
         ("--max-in-flight", "-1", "'--max-in-flight': -1 is not in the range x>=1"),
         ("--num-cpus", "0", "'--num-cpus': 0 is not in the range x>=1"),
         ("--max-attempts", "0", "'--max-attempts': 0 is not in the range x>=1"),

@@ -95,3 +95,42 @@ def test_status_and_regressions_know_the_name(named_run: NamedRun) -> None:
     assert _cli("db", "regressions", "--db", str(named_run.db), "--since", "2026-01-01").returncode == 0
     proc = _cli("db", "regressions", "--db", str(named_run.db), "--since", "nightly-2025-12-31")
     assert proc.returncode == 2 and "no run has that name or id" in proc.stderr
+
+
+def test_a_run_ended_by_sigterm_is_marked_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C marked a run interrupted; `kill` (SIGTERM) left it running until the next run called it abandoned."""
+    import signal
+    import time
+
+    import duckdb
+
+    manifest = zoo.build(tmp_path / "zoo", only=["bert", "gpt2", "vit"])
+    db = tmp_path / "results.duckdb"
+    proc = subprocess.Popen(
+        [EXE, "run", str(manifest), "--db", str(db), "--out", str(tmp_path / "out"), "--num-cpus", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "RAY_ADDRESS": "local"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:  # the run's row is written once Ray is up
+            try:
+                with duckdb.connect(str(db), read_only=True) as con:
+                    if con.execute("SELECT count(*) FROM runs").fetchone() == (1,):
+                        break
+            except duckdb.Error:  # not there yet, or being written
+                pass
+            time.sleep(0.5)
+        time.sleep(2)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the Ray instance it started
+        except ProcessLookupError:
+            pass
+    assert proc.returncode != 0, out
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)], out

@@ -40,6 +40,8 @@ def misbehave(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallba
         chunks = []
         while True:
             chunks.append(bytearray(64 * 2**20))
+    elif name.startswith("lost"):  # as when the raylet died with the DashboardAgent: every task's worker is lost
+        return failure_result(entry, FailureKind.WORKER_LOST, "simulated: the worker died unexpectedly")
     elif name == "flaky":
         marker = Path(settings.out_dir, "flaky.failed-once")
         if not marker.exists():
@@ -240,3 +242,30 @@ def test_a_full_disk_is_retried_and_redone_by_the_next_run(local_ray: None, zoo_
     subprocess.run(["mount", "-o", "remount,size=64m", str(out)], check=True)  # room made
     fixed = run_farm(manifest, db_path=db, settings=settings, options=options)
     assert (fixed.recorded, fixed.skipped, fixed.by_status["passed"]) == (1, 0, 1)
+
+
+def test_a_run_whose_every_job_meets_the_same_machine_fault_stops_and_the_next_run_redoes_them(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """5 of 6 jobs were recorded worker_lost after 10 retries, exit 0, and the next run said nothing to do."""
+    from zoo_convert.manifest import read_manifest
+    from zoo_convert.plan import make_plan
+    from zoo_convert.store.db import ResultStore
+
+    for i in range(5):
+        (tmp_path / f"lost{i}").mkdir()
+        (tmp_path / f"lost{i}" / "config.json").write_text('{"model_type": "bert"}')
+    manifest = write_manifest([{"source": str(tmp_path / f"lost{i}"), "task": "fill-mask"} for i in range(5)],
+                              tmp_path / "m.parquet")  # fmt: skip
+    db = tmp_path / "r.duckdb"
+    options = FarmOptions(max_attempts=2, backoff_s=0.1, max_in_flight=1)
+    report = run_farm(manifest, db_path=db, settings=Settings(out_dir=str(tmp_path / "out")), options=options,
+                      job_fn=misbehave)  # fmt: skip
+    assert report.stopped is not None and "3 jobs in a row met worker_lost" in report.stopped, report.stopped
+    assert "2 jobs left for the next run" in report.stopped
+    assert (report.recorded, dict(report.by_kind)) == (3, {"worker_lost": 3})  # tried, not a verdict
+    with ResultStore(db) as store:
+        with store.connect() as con:
+            assert con.execute("SELECT status FROM runs").fetchall() == [("stopped",)]
+        plan = make_plan(read_manifest(manifest), Settings(), store.terminal_keys(), latest=store.latest_keys())
+    assert len(plan.jobs) == 5  # all of them again, without --retry-failed

@@ -216,7 +216,8 @@ def test_no_optimize_still_makes_and_verifies_every_variant(unoptimized: tuple[C
 
 
 def test_every_artifact_file_gets_one_mode(zoo_dir: Path, tmp_path: Path) -> None:
-    """onnx writes external data 0600 and a copy kept the checkpoint's mode; the artifacts are 0644 (less the umask)."""
+    """onnx writes external data 0600 and a copy kept the checkpoint's mode; the artifacts are 0644 (less the umask),
+    but a side file is never made wider than the checkpoint's own (a 0600 vocab.txt stays 0600)."""
     ckpt = tmp_path / "bert"
     shutil.copytree(zoo_dir / "bert", ckpt)
     (ckpt / "vocab.txt").chmod(0o600)
@@ -231,7 +232,7 @@ def test_every_artifact_file_gets_one_mode(zoo_dir: Path, tmp_path: Path) -> Non
     umask = os.umask(0o022)
     os.umask(umask)
     assert {p.relative_to(tmp_path): oct(p.stat().st_mode & 0o777) for p in files} == {
-        p.relative_to(tmp_path): oct(0o644 & ~umask) for p in files
+        p.relative_to(tmp_path): oct(0o600 if p.name == "vocab.txt" else 0o644 & ~umask) for p in files
     }
 
 

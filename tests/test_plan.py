@@ -72,3 +72,17 @@ def test_one_unreadable_checkpoint_does_not_stop_the_plan(tmp_path: Path, poison
     revisions = {Path(j.entry.source).name: j.resolved_revision for j in plan.jobs}
     assert revisions["good"].startswith("sha256:") and revisions["proc-mem"] == "unresolved:default", revisions
     assert len(plan.jobs) == 4  # each job's fetch records what is wrong with its checkpoint
+
+
+def test_rows_that_are_one_job_are_planned_once(tmp_path: Path) -> None:
+    """Two rows resolving to one key (a hub id without a revision and at "main": one commit) were both submitted,
+    and the run stopped half-way: "job ... is already recorded in run ..."."""
+    from zoo_convert.manifest import read_manifest, write_manifest
+    from zoo_convert.plan import make_plan
+
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    manifest = read_manifest(write_manifest([{"source": str(tmp_path / "bert")}], tmp_path / "m.parquet"))
+    twice = replace(manifest, entries=(*manifest.entries, replace(manifest.entries[0], row=2, priority=3)))
+    plan = make_plan(twice, Settings())
+    assert [j.entry.row for j in plan.jobs] == [1] and (plan.total, plan.skipped) == (1, 0)

@@ -87,3 +87,18 @@ def test_an_inconclusive_job_is_neither_converted_nor_a_failure() -> None:
     assert lines[8] == f"  zoo/mobilevit-zero  {why}"
     assert lines[9].split() == "failures optimize_error 1, timeout 1".split() and lines[10] == "failed (2):"
     assert report.n_failures == 2 and report.by_status["inconclusive"] == 1
+
+
+def test_names_and_messages_cannot_forge_lines_or_drive_the_terminal() -> None:
+    """A folder named with ESC, OSC and a newline forged a `[1/1] passed` line and set the terminal's title."""
+    forged = "zoo/x\n[1/1] passed                   zoo/bert\x1b]0;pwned\x07\x1b[2J"
+    evil = ConversionResult(source=forged, status="failed", failure_kind="fetch_error", stage="fetch",
+                            message="cannot read " + forged + "y" * 5000)  # fmt: skip
+    for live in (False, True):
+        out = io.StringIO()
+        _feed(Progress(out, live=live), [evil])
+        text = out.getvalue().replace("\r\x1b[K", "")  # the live line's own clearing, and nothing else
+        assert "\x1b" not in text.replace("\r", "") and "\x07" not in text, repr(text)
+        assert not any(line.startswith("[1/1] passed") for line in text.splitlines())
+        assert "zoo/x\\x0a[1/1] passed" in text and "\\x1b]0;pwned\\x07" in text
+        assert max(len(line) for line in text.splitlines()) < 1000  # the 5000-character message is cut

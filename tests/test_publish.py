@@ -276,3 +276,31 @@ def test_publishing_stops_at_the_commit_budget_and_the_next_publish_takes_the_de
     with store.connect() as con:
         published = con.execute("SELECT job_key, count(*) FROM publications WHERE status = 'published' GROUP BY ALL").fetchall()
     assert sorted(published) == [(f"job{i:02d}", 1) for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("{name.__class__.__mro__}", "{name.__class__.__mro__} is not one of"),
+        ("{namespace}/{name[0]}", "{name[0]} is not one of"),
+        ("{namespace}/{name!r}", "{name!r} is not one of"),
+        ("{namespace}/{name:>200}", "{name:>200} is not one of"),
+        ("{namespace}/{token}", "{token} is not one of"),
+        ("{namespace}/{0}", "{0} is not one of"),
+        ("{namespace}/{name", "expected '}' before end of string"),
+    ],
+)
+def test_a_repo_template_fills_in_the_documented_fields_and_evaluates_nothing(template: str, said: str) -> None:
+    """`{name.__class__.__mro__}` was looked up (str.format) before the result was rejected."""
+    from zoo_convert.errors import UsageError
+    from zoo_convert.publish.candidates import Candidate
+    from zoo_convert.publish.publisher import repo_id_for
+
+    c = Candidate(run_id="r", job_key="k", source="zoo/bert", revision=None, resolved_revision=None, task=None,
+                  model_type="bert", exporter="optimum", opset=18, job_status="passed", artifacts_dir=None)  # fmt: skip
+    assert repo_id_for(c, PublishOptions(namespace="me", repo_template="{namespace}/{name}-{model_type}-{exporter}-o{opset}")
+                       ) == "me/bert-bert-optimum-o18"  # fmt: skip
+    with pytest.raises(UsageError, match="bad --repo-template") as info:
+        repo_id_for(c, PublishOptions(namespace="me", repo_template=template))
+    assert said in str(info.value) and "__mro__" not in str(info.value).split("is not one of")[-1]
+    assert "<class" not in str(info.value)

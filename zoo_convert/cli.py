@@ -5,7 +5,9 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 * 0 done: the command did what it was asked (``run`` exits 0 whatever the models did).
 * 1 a recorded failure (a model that did not convert, a regression found, a model that
   did not publish) or an operational error: the results DB locked, missing or
-  unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable.
+  unreadable (:class:`~zoo_convert.errors.StoreError`), the Hub unreachable, an unusable
+  ``--out``, a ``run`` stopped early because every job met the same fault of the machine
+  (:class:`~zoo_convert.errors.MachineFaultError`).
 * 2 bad usage: a wrong option or argument (click's own errors,
   :class:`~zoo_convert.errors.UsageError`) or a manifest file that cannot be used
   (:class:`~zoo_convert.errors.ManifestError`); also ``run`` refused because another run
@@ -16,6 +18,7 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 from __future__ import annotations
 
 import atexit
+import math
 import contextlib
 import ctypes
 import os
@@ -27,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
+from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
 from .hub_budget import Governor, HubLimits
 from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
 
@@ -55,7 +58,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ZooConvertError as exc:
-            click.echo(f"Error: {exc}", err=True)  # as click prints its own errors
+            click.echo(f"Error: {printable(str(exc), 2000)}", err=True)  # as click prints its own errors, on one line
             ctx.exit(exit_code(exc))
 
 
@@ -75,8 +78,9 @@ def cli() -> None:
 
 
 def _not_nan(param: click.Parameter, value: float) -> float:
-    if value != value:  # FloatRange lets NaN through: it compares false with either bound
-        raise click.BadParameter("must be a number of seconds, not nan", param=param)
+    # FloatRange lets NaN through (it compares false with either bound) and inf, which a manifest's timeout_s refuses
+    if not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number of seconds, not {value}", param=param)
     return value
 
 
@@ -312,7 +316,7 @@ def db_query(db_path: str, fmt: str, sql: str) -> None:
     from .store import ResultStore
     from .store.queries import FORMATS, query
 
-    columns, rows = query(ResultStore(db_path, read_only=True), sql)
+    columns, rows = query(ResultStore(db_path, read_only=True), sql, untrusted=True)
     if columns:
         click.echo(FORMATS[fmt](columns, rows))
 
@@ -466,7 +470,8 @@ def run(
 
     Jobs already answered in the DB (same checkpoint, settings and toolchain) are
     skipped; rerunning an interrupted run finishes the rest. Exits 0 when the run
-    completed, whatever the models did. One run per DB: a second one stops at
+    completed, whatever the models did; 1 when it stopped early because every job met
+    the same fault of the machine (a full disk, lost workers), which the next run redoes. One run per DB: a second one stops at
     once, saying which run holds it (or waits, with --wait).
 
     Example:
@@ -498,7 +503,9 @@ def run(
         hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
         wait=wait,
     )
-    run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
+    report = run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
+    if report.stopped:
+        raise MachineFaultError(report.stopped)
 
 
 @cli.group()
@@ -520,9 +527,11 @@ def manifest_validate(path: str) -> None:
 
     m = read_manifest(path)
     for warning in m.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {printable(str(warning), 1000)}", err=True)
     for problem in m.problems:
-        click.echo(str(problem))
+        click.echo(printable(str(problem), 1000))  # a row's values are anyone's: no control character reaches the terminal
+    if m.duplicates_summary:
+        click.echo(f"warning: {m.duplicates_summary}", err=True)
     click.echo(f"{m.rows} rows, {len(m.entries)} jobs, {len(m.problems)} problems", err=True)
     sys.exit(1 if m.problems else 0)
 

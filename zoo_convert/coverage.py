@@ -10,7 +10,6 @@ and the task; a timm one when the installed timm has the architecture.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from .manifest import read_manifest
-from .sources import is_local
+from .errors import ZooConvertError
+from .sources import is_local, read_json
 
 # What a manifest's library tag may say, as the farm's library names.
 _LIBRARIES = {
@@ -87,8 +87,8 @@ def _describe(source: str, tags: tuple[str, ...], extra: dict[str, Any]) -> tupl
     if is_local(source) and (Path(source).expanduser() / "config.json").is_file():
         folder = Path(source).expanduser()
         try:
-            config = json.loads((folder / "config.json").read_text())
-        except (OSError, ValueError):
+            config = read_json(folder / "config.json")
+        except ZooConvertError:  # unreadable, unsafe (a FIFO) or no JSON: its type is unknown
             config = {}
         if not isinstance(config, dict):
             config = {}
@@ -100,8 +100,8 @@ def _describe(source: str, tags: tuple[str, ...], extra: dict[str, Any]) -> tupl
         return library, config.get("model_type")
     if is_local(source) and (Path(source).expanduser() / "model_index.json").is_file():
         try:
-            index = json.loads((Path(source).expanduser() / "model_index.json").read_text())
-        except (OSError, ValueError):
+            index = read_json(Path(source).expanduser() / "model_index.json")
+        except ZooConvertError:
             index = {}
         return "diffusers", (index.get("_class_name") if isinstance(index, dict) else None) or None
     named = extra.get("library") or next((t.split(":", 1)[1] for t in tags if t.startswith("library:")), None)

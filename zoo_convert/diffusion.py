@@ -20,7 +20,6 @@ Only light imports at module level: fetch calls :func:`is_pipeline` in the farm 
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
 from .records import ManifestEntry
-from .sources import vetted_file
+from .sources import read_json, vetted_file
 
 if TYPE_CHECKING:
     from .stages import Checkpoint, Component
@@ -54,12 +53,7 @@ def is_pipeline_repo(files: tuple[str, ...]) -> bool:
 
 def read_index(path: Path, source: str) -> dict[str, Any]:
     """``model_index.json``, once it names a diffusers pipeline class; else a FetchError naming the file."""
-    try:
-        index = json.loads((path / INDEX).read_text())
-    except OSError as exc:
-        raise FetchError(f"{source}: cannot read {INDEX}: {exc.strerror or exc}") from exc
-    except (ValueError, RecursionError) as exc:
-        raise FetchError(f"{source}: {INDEX} is not valid JSON: {type(exc).__name__}: {exc}") from exc
+    index = read_json(path / INDEX)  # looked at before opened: a FIFO or /dev/zero is refused, not read
     if not isinstance(index, dict) or not isinstance(index.get("_class_name"), str):
         raise FetchError(f"{source}: {INDEX} names no pipeline class (_class_name)")
     return index

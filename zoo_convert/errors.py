@@ -8,7 +8,8 @@ same words::
      ├── UsageError                 bad CLI input, never recorded (exit 2)
      ├── ManifestError              manifest_error        (carries row, column)
      ├── FetchError                 fetch_error, fetch_not_found, fetch_transient
-     ├── UnsafeCheckpointError      fetch_unsafe          (pickle-only, remote code, bad id)
+     ├── UnsafeCheckpointError      fetch_unsafe          (pickle-only, remote code, bad id, FIFO/device)
+     ├── OutputDirError             storage_error         (the artifact folder cannot be made)
      ├── ExportError                export_error, export_unsupported, export_weights_mismatch
      ├── CheckError                 check_error
      ├── OptimizeError              optimize_error
@@ -19,6 +20,7 @@ same words::
      ├── PublishError               publish_error
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
      │    └── RunLockedError        another run holds the DB's run lock
+     ├── MachineFaultError          a run stopped early: every job met the same machine fault (exit 1)
      └── UnsafeForkServerError      the fork server's folder or socket is not this user's (stops the run)
 
 A pipeline stage raises one of these; ``pipeline.convert_one`` turns any
@@ -35,8 +37,11 @@ failing file system while writing artifacts (:func:`storage_fault`) is
 
 Kinds are transient (the farm retries the job within the run: ``fetch_transient``,
 ``oom``, ``worker_lost``, ``storage_error``) and terminal (a recorded result answers
-its job, so later runs skip it); ``storage_error`` and ``gpu_unavailable`` are not
-terminal: they are the machine's fault, so the next run redoes the job.
+its job, so later runs skip it); ``storage_error``, ``worker_lost`` and
+``gpu_unavailable`` are not terminal: they are the machine's fault (a full or failing
+disk, an unusable output folder, a lost worker or node, no GPU), so the next run redoes
+the job without ``--retry-failed``. A run in which every job meets the same fault of
+the machine stops early (:class:`MachineFaultError` is what the CLI then says).
 """
 
 from __future__ import annotations
@@ -107,7 +112,7 @@ class FailureKind(str, Enum):
 
 _TRANSIENT = {FailureKind.FETCH_TRANSIENT, FailureKind.OOM, FailureKind.WORKER_LOST, FailureKind.STORAGE_ERROR}
 # The machine's fault, not the model's: recorded, and redone by the next run.
-_REDONE = {FailureKind.STORAGE_ERROR, FailureKind.GPU_UNAVAILABLE}
+_REDONE = {FailureKind.STORAGE_ERROR, FailureKind.WORKER_LOST, FailureKind.GPU_UNAVAILABLE}
 _STAGE_OF = {k: k.value.split("_", 1)[0] for k in FailureKind if "_" in k.value}
 _STAGE_OF[FailureKind.MANIFEST_ERROR] = "manifest"
 for _kind in (FailureKind.WORKER_LOST, FailureKind.STORAGE_ERROR, FailureKind.GPU_UNAVAILABLE, FailureKind.INTERNAL):
@@ -175,6 +180,12 @@ class UnsafeCheckpointError(FetchError):
 
 class ExportError(ZooConvertError):
     kind = FailureKind.EXPORT_ERROR
+
+
+class OutputDirError(ZooConvertError):
+    """The job's artifact folder cannot be made (``--out`` under /proc or a file, no permission): the machine's fault."""
+
+    kind = FailureKind.STORAGE_ERROR
 
 
 class CheckError(ZooConvertError):
@@ -264,6 +275,13 @@ class RunLockedError(StoreError):
         self.holder = holder  # "run <id> (host <h>, pid <n>, since <t>)"
 
 
+class MachineFaultError(ZooConvertError):
+    """A run stopped early: every job it ran met the same fault of the machine (full disk, lost workers).
+
+    Nothing more is recorded as the models' verdict; the jobs left are the next run's.
+    """
+
+
 class UnsafeForkServerError(ZooConvertError):
     """The fork server's folder or the process listening on its socket is not this user's own.
 
@@ -283,6 +301,17 @@ def first_line(exc: BaseException) -> str:
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     text = text or type(exc).__name__
     return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
+
+
+# C0 and C1 controls and DEL: in a name or message they could move the cursor, set a terminal's
+# title (OSC) or forge a line of output. Escaped, not dropped: the name stays recognisable.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {c: f"\\u{c:04x}" for c in range(0x80, 0xA0)}
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` for a terminal or a log: control characters (newlines too) escaped, cut at ``limit`` characters."""
+    shown = text.translate(_CONTROLS)
+    return shown if limit is None or len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def is_our_bug(exc: BaseException) -> bool:

@@ -30,15 +30,20 @@ again during the run, with the same backoff as transient job failures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import heapq
 import itertools
 import logging
 import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -51,7 +56,15 @@ from ray.actor import ActorProxy
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
-from .errors import FailureKind, ManifestError, UnsafeForkServerError, ZooConvertError, first_line
+from .errors import (
+    FailureKind,
+    ManifestError,
+    OutputDirError,
+    UnsafeForkServerError,
+    ZooConvertError,
+    first_line,
+    printable,
+)
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, run_isolated
 from .manifest import read_manifest
@@ -67,6 +80,11 @@ from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
 MAX_LISTED = 20  # failures named at the end of a run; the rest are counted
+FIELD_LIMIT = 300  # characters of a name or message on a line of the run's output
+# The machine's faults (a full or failing disk, lost workers and nodes): when this many jobs in a
+# row (or every job of a smaller run) meet the same one, the run stops instead of recording the rest.
+MACHINE_FAULTS = frozenset({FailureKind.STORAGE_ERROR, FailureKind.WORKER_LOST})
+STOP_AFTER_JOBS = 3
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,7 @@ class FarmReport:
         retries: resubmissions after transient failures.
         unresolved: hub ids the Hub could not resolve yet; at the end, those left for the next run (nothing recorded).
         seconds: wall time of the run.
+        stopped: why the run stopped early (every job met the same fault of the machine), else None.
     """
 
     run_id: str
@@ -136,6 +155,7 @@ class FarmReport:
     retries: int = 0
     unresolved: int = 0
     seconds: float = 0.0
+    stopped: str | None = None
 
     @property
     def label(self) -> str:
@@ -179,7 +199,7 @@ class FailureLine:
         """model (with the variant), kind, stage, first line of the message."""
         model = f"{self.source} [{self.variant}]" if self.variant else self.source
         first = (self.message or "").strip().splitlines()
-        return model, self.kind, self.stage, first[0] if first else ""
+        return printable(model, FIELD_LIMIT), self.kind, self.stage, printable(first[0], FIELD_LIMIT) if first else ""
 
 
 @ray.remote(max_retries=0, retry_exceptions=False, max_calls=0)
@@ -249,9 +269,42 @@ def run_farm(
     """
     run_id = _run_id()
     waiting = functools.partial(print, file=sys.stderr)
-    with run_lock(db_path, run_id, wait=options.wait, waiting=waiting):
+    with _terminated_as_interrupt(), run_lock(db_path, run_id, wait=options.wait, waiting=waiting):
         with hub_budget.governing(LocalGovernor(options.hub_limits)):
             return _run_farm(manifest_path, run_id, db_path, settings, options, job_fn, progress, name)
+
+
+class Terminated(KeyboardInterrupt):
+    """The driver got SIGTERM (``kill``, a scheduler ending the job): the run ends as ``interrupted``, as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the driver while a run is under way (main thread only: where signals land)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+
+def _check_out_dir(out: Path) -> None:
+    """``--out`` is a folder this run can make and write in; else OutputDirError, before any job meets it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".zoo-convert-probe-") as probe:
+            probe.write(b"probe")
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise OutputDirError(f"--out {out}: cannot write artifacts there: {exc.strerror or exc}") from exc
 
 
 def _run_farm(
@@ -273,11 +326,15 @@ def _run_farm(
         store.check_run_name(name)  # before Ray starts: a taken name stops the run at once
     store.abandon_runs()  # we hold the run lock: a run still "running" lost its driver
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
-    plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts())
+    plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts(), latest=store.latest_keys())
+    if plan.jobs:
+        _check_out_dir(Path(settings.out_dir))  # before Ray starts: no job should meet an unusable --out
     report = FarmReport(
         run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
     )
     progress = progress or Progress()
+    if manifest.duplicates_summary:
+        progress.note(manifest.duplicates_summary)  # once: never a job, nor a result
     progress.start(report, len(plan.jobs) + len(plan.invalid))
     needs_ray = bool(plan.jobs) or (bool(plan.unresolved) and options.max_attempts > 1)
     started_ray = needs_ray and not ray.is_initialized()
@@ -285,6 +342,8 @@ def _run_farm(
         _prestart_fork_server()
     if started_ray:
         _init_ray(options)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminate)  # ray.init put its own in (sys.exit): ours again
     report.ray_started = needs_ray
     resources = ray.cluster_resources() if needs_ray else {}
     store.start_run(
@@ -308,7 +367,7 @@ def _run_farm(
                 # Ray's hints type a handle as ActorProxy (the handle or the class, so that methods
                 # show their arguments); ray.kill's own annotation accepts only the handle it always is.
                 ray.kill(budget)  # type: ignore[arg-type]
-        status = "completed"
+        status = "stopped" if report.stopped else "completed"
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -347,12 +406,18 @@ class _Driver:
         self.unresolved: tuple[list[ManifestEntry], int, float] | None = None
         self.resolving: Future[tuple[list[Job], list[ManifestEntry]]] | None = None
         self._resolver = ThreadPoolExecutor(1, thread_name_prefix="resolve")  # starts its thread on first use
+        self.n_jobs = 0
+        # (kind, jobs, outcomes): the machine's fault the latest outcomes all met; the latest such result per job
+        self.fault_streak: tuple[FailureKind, set[str], int] | None = None
+        self.last_fault: dict[str, ConversionResult] = {}
+        self.stop_for: tuple[FailureKind, ConversionResult] | None = None
 
     def run(self, jobs: tuple[Job, ...], unresolved: tuple[ManifestEntry, ...] = (), done: set[str] | None = None) -> None:
         """Run every job to one terminal result; resolve ``unresolved`` entries on the way and run them too."""
         queue = [(job, 1) for job in reversed(jobs)]  # pop() from the end keeps the plan's priority order
         if unresolved and self.options.max_attempts > 1:  # planning's try was the first
             self.unresolved = (list(unresolved), 2, time.monotonic() + self._backoff(2))
+        self.n_jobs = len(jobs) + len(unresolved)
         while queue or self.waiting or self.in_flight or self.unresolved or self.resolving:
             now = time.monotonic()
             while self.waiting and self.waiting[0][0] <= now:
@@ -374,7 +439,46 @@ class _Driver:
                 finished += self._done(job, attempt, self._collect(ref, job))
             _record(self.store, self.report, self.progress, finished)
             self.progress.tick(self.report, len(self.in_flight))
+            if self.stop_for is not None and (queue or self.waiting or self.in_flight):
+                self._stop(queue, *self.stop_for)
+                break
         self._resolver.shutdown()
+
+    def _stop(self, queue: list[tuple[Job, int]], kind: FailureKind, result: ConversionResult) -> None:
+        """Stop early: a job waiting for another try is recorded with the machine's fault it met (not terminal:
+        the next run redoes it); those running are cancelled, those never started left for the next run."""
+        for ref in self.in_flight:
+            with contextlib.suppress(ray.exceptions.RayError):  # a lost node's tasks cannot be reached to cancel
+                ray.cancel(ref, force=True)
+        tried = [(job, attempt) for _, _, job, attempt in sorted(self.waiting, key=lambda w: w[1])]
+        tried += [(job, attempt) for job, attempt in queue if attempt > 1]
+        _record(self.store, self.report, self.progress,
+                [(job.key, self.last_fault[job.key], attempt - 1) for job, attempt in tried])  # fmt: skip
+        left = len(self.in_flight) + sum(attempt == 1 for _, attempt in queue)
+        left += len(self.unresolved[0]) if self.unresolved else 0
+        self.in_flight.clear()
+        self.waiting.clear()
+        self.unresolved = None
+        first = (result.message or "").splitlines()
+        self.report.stopped = (
+            f"stopped early: {len(self.fault_streak[1]) if self.fault_streak else 0} jobs in a row met {kind.value}"
+            f" ({first[0] if first else 'no message'}): the machine's fault, not the models'; {left} jobs left"
+            " for the next run"
+        )
+
+    def _streak(self, job: Job, kind: FailureKind | None, result: ConversionResult) -> bool:
+        """Whether every job of late met the same fault of the machine: at least STOP_AFTER_JOBS of them in a row
+        (or all there are), over at least as many tries as one job gets; any other outcome starts the count again."""
+        if kind not in MACHINE_FAULTS or kind is None:
+            self.fault_streak = None
+            return False
+        if self.fault_streak is None or self.fault_streak[0] != kind:
+            self.fault_streak = (kind, set(), 0)
+        _, jobs, outcomes = self.fault_streak
+        jobs.add(job.key)
+        self.fault_streak = (kind, jobs, outcomes + 1)
+        self.last_fault[job.key] = result
+        return len(jobs) >= min(STOP_AFTER_JOBS, self.n_jobs) and outcomes + 1 >= self.options.max_attempts
 
     def _submit(self, job: Job, attempt: int) -> None:
         if job.entry.gpu and not self.gpus:
@@ -437,6 +541,7 @@ class _Driver:
     def _done(self, job: Job, attempt: int, result: ConversionResult) -> list[tuple[str, ConversionResult, int]]:
         """The result to record, or none when a transient failure goes back in the queue."""
         kind = _kind(result)
+        self.stop_for = (kind, result) if self._streak(job, kind, result) and kind is not None else None
         if kind is not None and kind.transient and attempt < self.options.max_attempts:
             delay = self._backoff(attempt + 1)
             heapq.heappush(self.waiting, (time.monotonic() + delay, next(self._seq), job, attempt + 1))
@@ -537,6 +642,10 @@ class Progress:
                        + (f", {report.unresolved} hub ids to resolve again (the Hub did not answer)"
                           if report.unresolved else ""))
 
+    def note(self, text: str) -> None:
+        """One line about the run's input (duplicate rows)."""
+        self._line(text)
+
     def resolved(self, new_jobs: int, still: list[ManifestEntry], attempt: int, *, final: bool) -> None:
         """A later try at resolving hub ids: how many became jobs, and what is still unresolved."""
         self.todo += new_jobs
@@ -558,7 +667,7 @@ class Progress:
         what = INCONCLUSIVE if result.status == INCONCLUSIVE else what
         broken = [f"{v.variant} {v.failure_kind}" for v in result.variants if v.status != PASSED and result.passed]
         self._line(
-            f"[{report.recorded}/{self.todo}] {what:<24} {result.source} ({result.exporter}, opset {opset})"
+            f"[{report.recorded}/{self.todo}] {what:<24} {printable(result.source, FIELD_LIMIT)} ({result.exporter}, opset {opset})"
             f" attempts={result.attempts}" + (f"  [{', '.join(broken)}]" if broken else "")
         )
 
@@ -577,6 +686,8 @@ class Progress:
         """Print the summary: models converted, variants verified, failure kinds, then the failures by name."""
         if self.live:
             self.stream.write("\n")
+        if report.stopped:
+            self._line(report.stopped)
         if not report.recorded:
             return
         converted = report.by_status.get(PASSED, 0)
@@ -593,6 +704,11 @@ class Progress:
         if not report.n_failures:
             return
         self._line("  failures   " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_kind.items())))
+        redone = {k.value for k in FailureKind if not k.terminal}
+        machine = {k: n for k, n in sorted(report.by_kind.items()) if k in redone}
+        if machine:
+            self._line("  machine    " + ", ".join(f"{k} {n}" for k, n in machine.items())
+                       + ": the machine's fault, not the models'; the next run redoes them")  # fmt: skip
         rows = [line.cells() for line in report.failures]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         self._line(f"failed ({report.n_failures}):")
@@ -618,5 +734,6 @@ class Progress:
     def _line(self, text: str) -> None:
         if self.live:
             self.stream.write("\r\x1b[K")  # clear the bar, or a shorter line leaves its tail behind
-        self.stream.write(text + "\n")
+        # names and messages are anyone's: a folder named with ESC or a newline must not forge a line
+        self.stream.write(printable(text) + "\n")
         self.stream.flush()

@@ -54,7 +54,6 @@ import fcntl
 import functools
 import gc
 import hashlib
-import json
 import os
 import pickle
 import select
@@ -76,9 +75,10 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from . import __version__
-from .errors import FailureKind, UnsafeForkServerError, first_line
+from .errors import FailureKind, UnsafeForkServerError, ZooConvertError, first_line
 from .forked import die_with_parent
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
+from .sources import is_local, read_json
 from .versions import toolchain_versions
 
 
@@ -96,6 +96,8 @@ POLL_S = 0.05
 # How long the server waits for a caller once the last one has left.
 LINGER_S = 10.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+# A config.json is kilobytes; the failure path reads no more than this of one.
+_CONFIG_LIMIT = 16 * 1024**2
 _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
                   signal.SIGILL: "illegal instruction", signal.SIGFPE: "floating point exception"}  # fmt: skip
 
@@ -601,11 +603,18 @@ def failure_result(
 
 
 def _model_type(source: str) -> str | None:
-    """A local checkpoint's model_type, so a job that died still lands in the right matrix row."""
-    try:
-        model_type = json.loads(Path(source, "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError, RecursionError):
+    """A local checkpoint's model_type, so a job that died still lands in the right matrix row.
+
+    Looked at before it is read (:func:`read_json`): this runs for a row that was never valid and
+    for a job that was killed, and a config.json that is a FIFO or /dev/zero must not hang the driver.
+    """
+    if not is_local(source):
         return None
+    try:
+        config = read_json(Path(source).expanduser() / "config.json", limit=_CONFIG_LIMIT)
+    except ZooConvertError:
+        return None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
     return model_type if isinstance(model_type, str) else None
 
 

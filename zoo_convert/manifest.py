@@ -12,6 +12,7 @@ in well under two seconds; only the final expansion into
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -84,6 +85,8 @@ class Manifest:
         bad_rows: row number -> the raw values of each invalid row, for recording.
         warnings: things worth saying that do not invalidate anything (unknown columns).
         sha256: hash of the file's bytes, recorded with each run.
+        duplicates: row number -> the earlier row it repeats (same source, revision, task, opset and
+            exporter): ignored, said once in a summary (:attr:`duplicates_summary`), never a job nor a result.
     """
 
     path: Path
@@ -93,6 +96,17 @@ class Manifest:
     bad_rows: dict[int, dict[str, Any]]
     warnings: tuple[str, ...] = ()
     sha256: str = ""
+    duplicates: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def duplicates_summary(self) -> str | None:
+        """One line on the duplicate rows (the first few named), or None without any."""
+        if not self.duplicates:
+            return None
+        named = ", ".join(f"row {row} = row {first}" for row, first in list(self.duplicates.items())[:5])
+        more = f" and {len(self.duplicates) - 5} more" if len(self.duplicates) > 5 else ""
+        return (f"{len(self.duplicates)} duplicate rows ignored (the same source, revision, task, opset and exporter"
+                f" as an earlier row): {named}{more}")  # fmt: skip
 
     @property
     def file_problems(self) -> tuple[ManifestError, ...]:
@@ -144,6 +158,11 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
     missing_dir = [s is not None and _looks_local(s) and not os.path.isdir(s) for s in sources]
     flag(pa.array(missing_dir), lambda i: f"local checkpoint folder not found: {sources[i]}")
+    # A folder is converted as it is on disk (its content hash is its revision): a revision would be ignored,
+    # and two rows of one folder with two revisions would be one job twice.
+    revision = col("revision")
+    flag(pc.and_kleene(local, pc.invert(pc.is_null(revision))),
+         lambda i: f"revision {revision[i].as_py()!r} given for a local folder, which has none: leave it empty")  # fmt: skip
 
     task = col("task")
     known = pc.or_kleene(pc.is_in(task, value_set=pa.array(sorted(TASKS))), pc.is_null(task))
@@ -167,6 +186,7 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     rows = _rows(table)
     entries: list[ManifestEntry] = []
     seen: dict[_JobId, int] = {}
+    duplicates: dict[int, int] = {}
     for i, row in enumerate(rows):
         source_i = sources[i]
         if reasons[i] or source_i is None:  # no source: its row already says "missing source"
@@ -174,13 +194,13 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
         expanded = _expand(row, source_i, i + 1)
         dupes = [seen[k] for k in (_job_id(e) for e in expanded) if k in seen]
         if dupes:
-            reasons[i].append(f"duplicate job: same source, revision, task, opset and exporter as row {dupes[0]}")
+            duplicates[i + 1] = dupes[0]
             continue
         seen.update({_job_id(e): i + 1 for e in expanded})
         entries.extend(expanded)
     problems = tuple(ManifestError("; ".join(r), row=i + 1) for i, r in enumerate(reasons) if r)
     bad_rows = {p.row: rows[p.row - 1] for p in problems if p.row is not None}
-    return Manifest(path, n, tuple(entries), problems, bad_rows, tuple(warnings), sha256)
+    return Manifest(path, n, tuple(entries), problems, bad_rows, tuple(warnings), sha256, duplicates)
 
 
 def row_key(row: int, values: dict[str, Any]) -> str:

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
+import itertools
+import json
 import resource
+import shutil
 import socket
 import time
 import traceback
@@ -27,6 +31,7 @@ from .errors import (
     FailureKind,
     FetchError,
     NumericsMismatchError,
+    OutputDirError,
     ZooConvertError,
     first_line,
     storage_fault,
@@ -58,6 +63,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
         settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))
     run = _Run(entry, on_stage)
+    out_dir: Path | None = None
     try:
         with run.stage("fetch"):
             ckpt = fetch.fetch(entry, settings)
@@ -67,8 +73,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
                 library=ckpt.library,
                 resolved_revision=ckpt.resolved_revision,
             )
-        out_dir = artifacts_dir(settings, entry, ckpt.resolved_revision)
         with run.stage("export") as details:
+            out_dir = claim_artifacts_dir(artifacts_dir(settings, entry, ckpt.resolved_revision))
             exported = export.export(ckpt, entry, settings, out_dir)
             details.update(files=exported.files, **exported.details)
             run.facts.update(
@@ -100,6 +106,12 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
         run.fail(exc)
+        # No result points at it, or the machine failed the job (a full disk: the space is wanted back, and the
+        # next try claims a folder of its own): leave no folder behind.
+        machine = not FailureKind(run.failure["failure_kind"]).terminal
+        if out_dir is not None and ("artifacts_dir" not in run.facts or machine):
+            _discard(out_dir, Path(settings.out_dir))
+            run.facts.pop("artifacts_dir", None)
     return run.result(settings)
 
 
@@ -294,12 +306,62 @@ def _checked(variant: VariantResult, checks: tuple[OutputCheck, ...]) -> Variant
 
 
 def artifacts_dir(settings: Settings, entry: ManifestEntry, resolved_revision: str) -> Path:
-    """``OUT/<source name>/<exporter>-opset<N>-<revision[:12]>``: one folder per job, never shared."""
+    """``OUT/<source name>/<exporter>-opset<N>-<revision[:12]>-<settings hash>``: the folder a job's artifacts go in.
+
+    Every setting that changes the artifacts' bytes is part of the name (:func:`artifact_settings`):
+    a ``--no-optimize`` run never lands in the folder of an optimized one. :func:`claim_artifacts_dir`
+    then takes a folder of that name no job wrote yet.
+    """
     name = entry.source.rstrip("/").replace("\\", "/")
     name = "__".join(p for p in name.split("/")[-2:] if p not in ("", ".", ".."))
     rev = resolved_revision.split(":")[-1][:12]
     opset = entry.opset if entry.opset is not None else "default"
-    return Path(settings.out_dir) / name / f"{entry.exporter}-opset{opset}-{rev}"
+    digest = hashlib.sha256(json.dumps(artifact_settings(settings, entry), sort_keys=True).encode()).hexdigest()[:8]
+    return Path(settings.out_dir) / name / f"{entry.exporter}-opset{opset}-{rev}-{digest}"
+
+
+def artifact_settings(settings: Settings, entry: ManifestEntry) -> dict[str, Any]:
+    """What decides the bytes of a job's artifacts besides the checkpoint, exporter and opset (the folder name's hash)."""
+    return {
+        "task": entry.task,
+        "variants": sorted(entry.variants),
+        "optimize": settings.optimize,
+        "external_data_threshold": settings.external_data_threshold,
+        "providers": list(settings.providers),  # the fusions depend on the execution provider
+        "allow_remote_code": entry.allow_remote_code,
+        "versions": toolchain_versions(),
+    }
+
+
+def claim_artifacts_dir(path: Path) -> Path:
+    """A folder of ``path``'s name that no job wrote before, made now: a recorded artifact is never replaced in place.
+
+    A job run again (``--force``, a checkpoint back at an earlier version) gets ``<name>.2``,
+    ``<name>.3``... The folder is made exclusively, so two jobs never share one. An output
+    folder that cannot be made at all is the machine's fault (:class:`OutputDirError`).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for n in itertools.count(1):
+            candidate = path if n == 1 else path.with_name(f"{path.name}.{n}")
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        if storage_fault(exc) is not None:
+            raise
+        raise OutputDirError(f"cannot make the artifact folder {path}: {exc.strerror or exc}") from exc
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def _discard(out_dir: Path, out_root: Path) -> None:
+    """Remove a failed job's artifact folder that no result points at, and its model's folder when that is left empty."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):  # not empty: another job's artifacts are in it
+        if out_dir.parent != out_root:
+            out_dir.parent.rmdir()
 
 
 class _Run:

@@ -107,6 +107,7 @@ def make_plan(
     done: set[str] | frozenset[str] = frozenset(),
     durations: Mapping[tuple[str, str | None, int | None], float] | None = None,
     timeouts: Mapping[str, float | None] | None = None,
+    latest: Mapping[tuple[str, str | None, str, int | None], tuple[str, str | None]] | None = None,
 ) -> Plan:
     """Key every job and invalid row of the manifest and drop those in ``done``.
 
@@ -118,8 +119,20 @@ def make_plan(
     Within a priority, jobs go longest first by ``durations`` (seconds the same source, exporter
     and opset took last time): a night should not end waiting on one big model submitted last.
     Jobs never seen before go first of all, as their length is unknown; ties keep manifest order.
+
+    ``latest`` (model -> its latest job's key and the checkpoint version it found, as
+    ``latest_results`` sees it) brings back an answered job whose model's latest job is none of
+    this manifest's and found another version: a local folder (or a branch) gone back to a
+    version already answered, after a run recorded another one. Skipped, ``latest_results``
+    would keep showing the other version; run again, it shows what is there now.
     """
     jobs, unresolved = keyed_jobs(manifest.entries, settings)
+    # Rows the manifest tells apart may still be one job: a hub id with no revision and with "main" resolve to
+    # one commit, so one key. The first row runs it; the run must never record one job twice and abort.
+    firsts: dict[str, Job] = {}
+    for job in jobs:
+        firsts.setdefault(job.key, job)
+    jobs = list(firsts.values())
     invalid = [
         InvalidRow(row_key(p.row, manifest.bad_rows[p.row]), p, manifest.bad_rows[p.row])
         for p in manifest.problems
@@ -133,10 +146,17 @@ def make_plan(
 
     timeouts = timeouts or {}
 
+    latest = latest or {}
+    current = {job.key for job in jobs}
+
     def answered(job: Job) -> bool:
         ran_under = timeouts.get(job.key)
         longer = ran_under is not None and (job.entry.timeout_s or settings.timeout_s) > ran_under
-        return job.key in done and not longer
+        e = job.entry
+        shown = latest.get((e.source, e.revision, e.exporter, e.opset))
+        # the latest answer is another version's: the checkpoint came back to this one since
+        moved_away = shown is not None and shown[0] not in current and shown[1] != job.resolved_revision
+        return job.key in done and not longer and not moved_away
 
     todo = sorted((j for j in jobs if not answered(j)), key=order)
     bad = [r for r in invalid if r.key not in done]

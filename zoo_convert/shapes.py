@@ -22,13 +22,13 @@ after convolutional subsampling.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .records import Settings
+from .sources import read_json
 
 if TYPE_CHECKING:
     from optimum.exporters.onnx import OnnxConfig
@@ -174,7 +174,7 @@ def preprocessor_config(folder: Path) -> dict[str, Any]:
     path = Path(folder) / "preprocessor_config.json"
     if not path.is_file():
         return {}
-    conf = json.loads(path.read_text())
+    conf = read_json(path)  # fetch vetted it; looked at again before it is opened
     return conf if isinstance(conf, dict) else {}
 
 

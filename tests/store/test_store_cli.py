@@ -84,6 +84,32 @@ def test_query_is_read_only(db: str) -> None:
     assert code == 2 and "read-only" in out
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY results TO '{out}/results.csv'",
+        "EXPORT DATABASE '{out}/everything'",
+        "SELECT * FROM read_text('{secret}')",
+        "SELECT * FROM read_csv('{secret}')",
+        "ATTACH '{out}/other.duckdb' AS other",
+        "INSTALL httpfs",
+        "SET enable_external_access = true",
+    ],
+    ids=["copy-to", "export-database", "read-text", "read-csv", "attach", "install", "turn-it-back-on"],
+)
+def test_query_touches_no_file_beside_the_db_and_installs_nothing(sql: str, db: str, tmp_path: Path) -> None:
+    """`db query` refused writes, but COPY ... TO, EXPORT DATABASE, read_text('/etc/shadow') and INSTALL all worked."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$hash\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    code, output = run("db", "query", "--db", db, sql.format(out=out, secret=secret))
+    assert code == 2 and "query failed: " in output, output
+    assert "$6$hash" not in output and list(out.iterdir()) == []
+    code, output = run("db", "query", "--db", db, "SELECT count(*) AS n FROM results")
+    assert code == 0  # what it is for still works
+
+
 def test_export_writes_parquet(db: str, tmp_path: Path) -> None:
     code, _ = run("db", "export", "--db", db, str(tmp_path))
     assert code == 0
@@ -95,6 +121,42 @@ def test_export_writes_parquet(db: str, tmp_path: Path) -> None:
 def test_dashboard_command_writes_the_site(db: str, tmp_path: Path) -> None:
     code, out = run("dashboard", "--db", db, "--out", str(tmp_path / "site"))
     assert code == 0 and (tmp_path / "site" / "index.html").exists() and "wrote" in out
+
+
+def test_dashboard_never_deletes_files_that_are_no_earlier_dashboards(db: str, tmp_path: Path) -> None:
+    """`dashboard --out` on an existing folder deleted the user's details/important.txt."""
+    site = tmp_path / "site"
+    assert run("dashboard", "--db", db, "--out", str(site))[0] == 0
+    assert run("dashboard", "--db", db, "--out", str(site))[0] == 0  # an earlier dashboard: rebuilt in place
+    (site / "details" / "important.txt").write_text("mine")
+    code, out = run("dashboard", "--db", db, "--out", str(site))
+    assert code == 2 and "holds files that are no dashboard's (details/important.txt)" in out, out
+    assert (site / "details" / "important.txt").read_text() == "mine"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.md").write_text("mine")
+    (home / "index.html").write_text("<html>my own page</html>")
+    code, out = run("dashboard", "--db", db, "--out", str(home))
+    assert code == 2 and "(index.html, notes.md)" in out, out
+    assert (home / "index.html").read_text() == "<html>my own page</html>"
+
+
+@pytest.mark.parametrize("where", ["read-only", "under-a-file"])
+def test_a_db_that_cannot_be_written_is_one_line_exit_1(where: str, tmp_path: Path, tiny_disk) -> None:
+    """A DB on a read-only file system, or --db under a path that is a file: tracebacks from lock.py."""
+    from zoo_convert.manifest import write_manifest
+
+    manifest = write_manifest([{"source": "bad..id"}], tmp_path / "m.parquet")
+    if where == "read-only":
+        db = tiny_disk("ro") / "results.duckdb"
+    else:
+        (tmp_path / "a-file").write_text("")
+        db = tmp_path / "a-file" / "results.duckdb"
+    res = CliRunner().invoke(cli, ["run", str(manifest), "--db", str(db), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    said = "Read-only file system" if where == "read-only" else f"{tmp_path / 'a-file'} is a file, not a folder"
+    assert str(db) in res.output and said in res.output, res.output
 
 
 def _damaged(tmp_path: Path, how: str) -> Path:

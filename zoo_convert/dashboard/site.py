@@ -18,12 +18,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..store import ResultStore
 from .data import collect
 
 ASSETS = Path(__file__).with_name("assets")
 CHUNK = 200
 _MARKER = re.compile(r"/\*(CSS|DATA|JS)\*/")
+_CHUNK = re.compile(r"chunk-\d+\.js")
+_TITLE = "<title>zoo_convert: ONNX compatibility</title>"  # page.html's: how an earlier dashboard is known
 _UNSAFE = {ord(c): f"\\u{ord(c):04x}" for c in "<>&"}
 DETAIL_KEYS = {"detail_variants": "variants", "detail_outputs": "outputs", "detail_census": "census",
                "detail_stages": "stages", "detail_history": "history", "detail_publication": "publication"}
@@ -32,10 +35,11 @@ _ONE_ROW = ("stages", "publication")  # one row per model; the others are lists
 
 def build_site(db: str | Path, out_dir: str | Path, *, timer: Callable[[str, float], None] | None = None) -> Path:
     """Write the dashboard for ``db`` into ``out_dir``; returns the index.html path."""
+    out = Path(out_dir)
+    _check_out(out)
     store = ResultStore(db, read_only=True)
     with store.connect() as con:
         data = collect(con, timer)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "details", ignore_errors=True)
     (out / "details").mkdir()
@@ -47,6 +51,32 @@ def build_site(db: str | Path, out_dir: str | Path, *, timer: Callable[[str, flo
     index = out / "index.html"
     index.write_text(render_page(data))
     return index
+
+
+def _check_out(out: Path) -> None:
+    """``out`` is new, empty, or an earlier dashboard (its index.html and details/chunk-*.js, nothing else):
+    rebuilding replaces details/ whole, and must never delete a user's files (UsageError)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder")
+    foreign = [p.name for p in out.iterdir() if p.name not in ("index.html", "details")]
+    details = out / "details"
+    if details.is_dir() and not details.is_symlink():
+        foreign += [f"details/{p.name}" for p in details.iterdir() if not _CHUNK.fullmatch(p.name) or not p.is_file()]
+    elif details.exists() or details.is_symlink():
+        foreign.append("details")
+    index = out / "index.html"
+    if index.exists() and (not index.is_file() or _TITLE not in _head(index)):
+        foreign.append("index.html")
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise UsageError(f"--out {out} holds files that are no dashboard's ({shown}); give an empty or new folder")
+
+
+def _head(path: Path) -> str:
+    with path.open("rb") as f:
+        return f.read(2000).decode("utf-8", "replace")
 
 
 def render_page(data: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import string
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_REPO_TEMPLATE = "{namespace}/{name}-ONNX"
+_TEMPLATE_FIELDS = ("namespace", "name", "model_type", "exporter", "opset")
 
 
 class PublicationStatus(str, Enum):
@@ -169,7 +171,8 @@ def publish_run(store: ResultStore, options: PublishOptions, *, run: str = "late
 def repo_id_for(c: Candidate, options: PublishOptions) -> str:
     """The target repo id from the template; the name is the source's last path part, Hub-safe."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", c.source.rstrip("/").replace("\\", "/").split("/")[-1]).strip("-.")
-    repo_id = options.repo_template.format(
+    repo_id = _render(
+        options.repo_template,
         namespace=options.namespace,
         name=name or "model",
         model_type=c.model_type or "model",
@@ -271,7 +274,25 @@ def _deferred(store: ResultStore, options: PublishOptions) -> list[Candidate]:
 
 
 def _check_template(template: str) -> None:
+    _render(template, namespace="n", name="m", model_type="t", exporter="e", opset=1)
+
+
+def _render(template: str, **values: object) -> str:
+    """The template with its fields filled in: only the documented names, no attribute or index access, no format
+    spec, nothing evaluated (``str.format`` would look up ``{name.__class__.__mro__}`` before any check)."""
     try:
-        template.format(namespace="n", name="m", model_type="t", exporter="e", opset=1)
-    except (KeyError, IndexError, ValueError) as exc:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
         raise UsageError(f"bad --repo-template {template!r}: {exc}") from exc
+    out: list[str] = []
+    for literal, field, spec, conversion in parts:
+        out.append(literal)
+        if field is None:
+            continue
+        if field not in _TEMPLATE_FIELDS or spec or conversion:
+            raise UsageError(
+                f"bad --repo-template {template!r}: {{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}"
+                f" is not one of {', '.join('{' + f + '}' for f in _TEMPLATE_FIELDS)}"
+            )
+        out.append(str(values[field]))
+    return "".join(out)

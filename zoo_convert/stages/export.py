@@ -20,7 +20,9 @@ initialised at random would agree with itself and pass.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from .. import diffusion, onnx_graph
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, shape_kwargs
-from ..sources import sentence_transformers_files, side_files
+from ..sources import open_regular, sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
 if TYPE_CHECKING:
@@ -620,15 +622,20 @@ def _copy_side_files(src: Path, sides: list[Path], out_dir: Path) -> None:
         dest = out_dir / path.relative_to(src)
         dest.parent.mkdir(parents=True, exist_ok=True)  # sentence-transformers module folders
         dest.unlink(missing_ok=True)
-        shutil.copyfile(path, dest)  # the contents only: set_modes gives every artifact one mode
+        with open_regular(path) as fin, open(dest, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+            # never wider than the checkpoint's own file: a 0600 merges.txt stays 0600 (set_modes never widens it)
+            os.chmod(fout.fileno(), os.fstat(fin.fileno()).st_mode & 0o644 & ~_umask())
 
 
 def set_modes(out_dir: Path) -> None:
-    """Every artifact file gets mode 0644 less the umask (onnx writes external data 0600, copies kept any mode)."""
+    """The graphs get mode 0644 less the umask (onnx writes external data 0600); the copied side files keep
+    their own mode, narrowed to that one, never widened."""
     mode = 0o644 & ~_umask()
     for path in Path(out_dir).rglob("*"):
         if path.is_file() and not path.is_symlink():
-            path.chmod(mode)
+            graph = path.relative_to(out_dir).parts[0] == "onnx"
+            path.chmod(mode if graph else stat.S_IMODE(path.stat().st_mode) & mode)
 
 
 def _umask() -> int:

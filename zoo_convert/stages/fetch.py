@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import stat
 import struct
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import diffusion
 from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
-from ..sources import is_hub_id, is_local, side_files
+from ..sources import is_hub_id, is_local, open_regular, read_json, side_files
 from . import Checkpoint
 
 if TYPE_CHECKING:
@@ -45,6 +46,17 @@ PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 # Everything an export or a published model needs besides the weights.
 SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
 
+# Side files that loaders parse as a JSON object (config.json is checked on its own, tokenizer.json by tokenizers).
+_JSON_SIDE_FILES = (
+    "generation_config.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "feature_extractor_config.json",
+    "image_processor_config.json",
+)
 _PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
 # The safetensors format's own limit; a longer header is corrupt, and not worth reading into memory.
 _MAX_SAFETENSORS_HEADER = 100 * 1024**2
@@ -134,18 +146,22 @@ def folder_hash(path: Path) -> str:
     h = hashlib.sha256()
     current = path
     try:
-        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        for f in sorted(path.rglob("*")):
             rel = f.relative_to(path).as_posix()
-            if rel.startswith(".cache/") or "/." in f"/{rel}":
+            if rel.startswith(".cache/") or "/." in f"/{rel}" or f.is_dir():
                 continue
             current = f
-            h.update(rel.encode() + b"\0")
-            with f.open("rb") as fh:
+            if not os.path.exists(f):  # a dangling link: the file a loader would read is not there
+                continue
+            with open_regular(f) as fh:  # a FIFO or a device is refused before it is opened
+                h.update(rel.encode() + b"\0")
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
             h.update(b"\0")
     except OSError as exc:  # unreadable, or a link to something that is no file (/proc/self/mem)
         raise FetchError(f"{path}: cannot read {exc.filename or current}: {exc.strerror or exc}") from exc
+    except FetchError as exc:  # the message names the file by its path inside the checkpoint
+        raise type(exc)(exc.message.replace(str(current), f"{path}: {current.relative_to(path)}", 1), kind=exc.kind) from exc
     return "sha256:" + h.hexdigest()
 
 
@@ -252,15 +268,9 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
     if diffusion.is_pipeline(path):
         return diffusion.vet(path, resolved, entry)
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not os.path.lexists(config_file):
         raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder (nor a diffusers pipeline: no model_index.json)")
-    try:
-        parsed = json.loads(config_file.read_text())
-    except OSError as exc:
-        raise FetchError(f"{entry.source}: cannot read config.json: {exc.strerror or exc}") from exc
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
-        raise FetchError(f"{entry.source}: config.json is not valid JSON: {type(exc).__name__}: {exc}") from exc
-    config = _check_config(parsed, entry)
+    config = _check_config(_json_file(config_file, entry), entry)
     library = _library(path, config)
     model_type = config.get("model_type") or config.get("architecture") or ""
     if config.get("auto_map") and not entry.allow_remote_code:
@@ -272,6 +282,7 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         _check_model_type(model_type, entry)
     _check_weights(path, entry)
     _check_tokenizer(path, entry)
+    _check_side_files(path, entry)
     task = entry.task or infer_task(config, model_type, library, entry.source)
     return Checkpoint(
         path=path,
@@ -282,6 +293,14 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         config=config,
         trust_remote_code=entry.allow_remote_code,
     )
+
+
+def _json_file(file: Path, entry: ManifestEntry) -> object:
+    """A JSON file of the checkpoint, looked at before it is opened (no FIFO, no device, no endless file)."""
+    try:
+        return read_json(file)
+    except FetchError as exc:  # the message names the file by its name in the checkpoint
+        raise type(exc)(exc.message.replace(str(file), f"{entry.source}: {file.name}", 1), kind=exc.kind) from exc
 
 
 def _check_config(config: object, entry: ManifestEntry) -> dict[str, Any]:
@@ -350,12 +369,43 @@ def _check_tokenizer(path: Path, entry: ManifestEntry) -> None:
         raise FetchError(f"{entry.source}: tokenizer.json cannot be loaded: {first_line(exc)}") from exc
 
 
+def _check_side_files(path: Path, entry: ManifestEntry) -> None:
+    """The side files a user's loader reads beside the graph must load, or they would be published broken.
+
+    Each JSON side file holds an object, vocab.txt is text, and generation_config.json is one
+    transformers' GenerationConfig accepts; the failure names the file (``fetch_error``).
+    """
+    for name in _JSON_SIDE_FILES:
+        file = path / name
+        if os.path.lexists(file) and not isinstance(parsed := _json_file(file, entry), dict):
+            raise FetchError(f"{entry.source}: {name} holds a JSON {type(parsed).__name__}, not an object")
+    vocab = path / "vocab.txt"
+    if os.path.lexists(vocab):
+        with open_regular(vocab) as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FetchError(f"{entry.source}: vocab.txt is not UTF-8 text: {exc}") from exc
+        if "\0" in text:
+            raise FetchError(f"{entry.source}: vocab.txt is not text: it holds NUL bytes")
+    if os.path.lexists(path / "generation_config.json"):
+        from transformers import GenerationConfig
+
+        try:
+            GenerationConfig.from_pretrained(path)
+        except Exception as exc:  # noqa: BLE001 - transformers raises ValueError, TypeError, OSError...
+            raise FetchError(f"{entry.source}: generation_config.json cannot be loaded: {first_line(exc)}") from exc
+
+
 def _check_safetensors(file: Path, entry: ManifestEntry) -> None:
     """Catch truncated or corrupt files before torch does, with a message that says which."""
     try:
         st = file.stat()
-        if not stat.S_ISREG(st.st_mode):  # checked before opening: opening a FIFO would wait for ever
+        if stat.S_ISDIR(st.st_mode):
             raise FetchError(f"{entry.source}: {file.name} is not a regular file")
+        if not stat.S_ISREG(st.st_mode):  # checked before opening: opening a FIFO would wait for ever
+            raise UnsafeCheckpointError(f"{entry.source}: {file.name} is not a regular file: it is never opened")
         size = st.st_size
         with file.open("rb") as fh:
             head = fh.read(8)

@@ -50,7 +50,10 @@ class ResultStore:
         if read_only and not self.path.exists():
             raise StoreError(f"no results database at {self.path}")
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a --db under a file, a read-only file system
+                raise StoreError(f"{self.path}: cannot make its folder: {exc.strerror or exc}") from exc
         with self.connect() as con:
             if read_only:
                 _check_version(con, self.path)
@@ -242,6 +245,17 @@ class ResultStore:
                 [redo, include_failed],
             ).fetchall()
         return {k for (k,) in rows}
+
+    def latest_keys(self) -> dict[tuple[str, str | None, str, int | None], tuple[str, str | None]]:
+        """Each model's latest job (its key, and the checkpoint version it found), keyed as ``latest_results``
+        partitions: (source, revision, exporter, requested opset); invalid manifest rows are no job of a model."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT source, revision, exporter, opset_requested, arg_max(job_key, job_seq),"
+                " arg_max(coalesce(resolved_revision, ''), job_seq) FROM results"  # arg_max skips a NULL
+                " WHERE failure_kind IS DISTINCT FROM 'manifest_error' GROUP BY ALL"
+            ).fetchall()
+        return {(source, revision, exporter, opset): (key, found or None) for source, revision, exporter, opset, key, found in rows}
 
     def timeouts(self) -> dict[str, float | None]:
         """Job keys whose latest result is a ``timeout``, with the hard timeout it ran under (None: unknown).

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import RunLockedError
+from ..errors import RunLockedError, StoreError
 
 
 def lock_path(db_path: str | Path) -> Path:
@@ -32,8 +32,14 @@ def run_lock(
 ) -> Iterator[None]:
     """Hold the database's run lock for the block; RunLockedError when another run has it (unless ``wait``)."""
     path = lock_path(db_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+    if not folder.is_dir():
+        raise StoreError(f"{db_path}: {folder} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # a read-only file system, a --db under a file, no permission
+        raise StoreError(f"{db_path}: cannot make its run lock {path}: {exc.strerror or exc}") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -48,13 +48,23 @@ class RunStatus(TypedDict):
     runs: int
 
 
-def query(store: ResultStore, sql: str, params: Params = None) -> tuple[list[str], list[Row]]:
-    """Run one SQL statement; returns column names and rows."""
+def query(store: ResultStore, sql: str, params: Params = None, *, untrusted: bool = False) -> tuple[list[str], list[Row]]:
+    """Run one SQL statement; returns column names and rows.
+
+    ``untrusted`` (what ``db query`` runs) turns DuckDB's external access off for the
+    statement's connection, locked so the statement cannot turn it back on: no file read or
+    written beside the database (``COPY ... TO``, ``EXPORT DATABASE``, ``read_text``,
+    ``ATTACH``), no extension installed (a network fetch) or loaded.
+    """
     with store.connect() as con:
+        if untrusted:
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
         try:
             cur = con.execute(sql, params or [])
         except Exception as exc:  # noqa: BLE001 - any DuckDB error is the user's SQL: bad usage, exit 2
-            raise UsageError(f"query failed: {exc}") from exc
+            # the first line: DuckDB's next ones point into the statement, and the CLI prints one line
+            raise UsageError(f"query failed: {next((ln for ln in str(exc).splitlines() if ln.strip()), '')}") from exc
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
