@@ -249,6 +249,13 @@ class VariantResult:
         bench_note: why the latency is empty (timing failed; the variant stays verified).
         optimizer: fusion statistics and whether any fusion applied.
         outputs: per-output verification numbers.
+        generation_steps: decoding steps ONNX Runtime ran with its own cache, teacher-forced on PyTorch
+            generate()'s greedy tokens, each step's logits checked at the variant's tolerance (their checks are
+            among ``outputs``, shape ``1x13/step05``); None for a model that does not generate.
+        generation_max_abs / generation_min_cosine: the worst of those steps' logits.
+        generation_token_match: share of ONNX Runtime's own greedy tokens (free-running on its cache)
+            identical to PyTorch generate()'s (fp32 must reach 1.0; other variants: information).
+        generation_note: why a model exported with past had no generation check.
     """
 
     variant: str
@@ -279,6 +286,11 @@ class VariantResult:
     bench_note: str | None = None
     optimizer: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputCheck, ...] = ()
+    generation_steps: int | None = None
+    generation_max_abs: float | None = None
+    generation_min_cosine: float | None = None
+    generation_token_match: float | None = None
+    generation_note: str | None = None
 
 
 @dataclass(frozen=True)
