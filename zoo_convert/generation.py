@@ -28,7 +28,8 @@ a mismatch); the other variants' share is information.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,7 +114,6 @@ class _Memo:
     reference: Reference | None = None
     note: str | None = None
     done: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def decoder(exported: ExportedModel) -> Component | None:
@@ -142,7 +142,7 @@ def reference(exported: ExportedModel, settings: Settings) -> None:
         return
     memo.done = True
     dec = decoder(exported)
-    if dec is None:
+    if dec is None or not settings.verify_generation:
         return
     try:
         memo.reference = _reference(exported, dec, settings)
@@ -202,9 +202,7 @@ def _reference(exported: ExportedModel, dec: Component, settings: Settings) -> R
     try:
         with torch_threads(settings.threads), torch.inference_mode(), _quiet_transformers():
             # GenerationMixin's own loop: some models (whisper) override generate() with their decoding recipe.
-            out = GenerationMixin.generate(
-                model, **kwargs, output_logits=True, return_dict_in_generate=True
-            )
+            out: Any = GenerationMixin.generate(model, **kwargs, output_logits=True, return_dict_in_generate=True)
     finally:
         model.generation_config = saved
     tokens = out.sequences[0, prompt.shape[1] :].cpu().numpy().astype(np.int64)
@@ -215,7 +213,7 @@ def _reference(exported: ExportedModel, dec: Component, settings: Settings) -> R
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Any:
+def _quiet_transformers() -> Iterator[None]:
     """generate() warns about the plain config it is handed (no EOS, pad set): nothing the record needs."""
     from transformers.utils import logging
 
@@ -288,10 +286,12 @@ def _encoder_inputs(
     if "input_ids" in feed and "input_ids" in torch_inputs:
         ids = np.array([_prompt_ids(exported, enc, decoder_only=False)], dtype=np.int64)
         feed["input_ids"] = torch_inputs["input_ids"] = ids
-        for table in (feed, torch_inputs):
-            if "attention_mask" in table:
-                table["attention_mask"] = np.ones_like(ids)
         label = f"1x{ids.shape[1]}"
+    # One sequence, as a user sends it: nothing masked (optimum's generated masks have holes), so the
+    # decoder's cross-attention mask is all ones over the encoder's output, whatever its length.
+    for table in (feed, torch_inputs):
+        if "attention_mask" in table:
+            table["attention_mask"] = np.ones_like(feed.get("input_ids", table["attention_mask"]))
     return feed, torch_inputs, label
 
 
@@ -302,7 +302,7 @@ def check(
 
     Raises VerifyError when ONNX Runtime cannot run a step.
     """
-    if comp is not decoder(exported):
+    if not settings.verify_generation or comp is not decoder(exported):
         return None
     memo = _memo(exported)
     if not memo.done and not exported.cache.references_done:
@@ -364,7 +364,13 @@ def _encoded(session: InferenceSession, feed: dict[str, np.ndarray], comp: Compo
         if is_our_bug(exc):
             raise
         raise VerifyError(f"ONNX Runtime failed on the encoder of {comp.name} while generating: {exc}") from exc
-    return {"encoder_hidden_states": values[0], "encoder_attention_mask": np.ones(values[0].shape[:2], np.int64)}
+    # The decoder is handed the encoder's own mask, as ORTModelForSeq2SeqLM / SpeechSeq2Seq do: a
+    # Speech2Text decoder subsamples the frames' mask itself (its encoder output is 4x shorter).
+    mask = feed.get("attention_mask")
+    return {
+        "encoder_hidden_states": values[0],
+        "encoder_attention_mask": mask if mask is not None else np.ones(values[0].shape[:2], np.int64),
+    }
 
 
 def _empty_past(session: InferenceSession) -> dict[str, np.ndarray]:

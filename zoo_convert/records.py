@@ -135,6 +135,8 @@ class Settings:
             from the exporter's dummy input so the dynamic axes are exercised.
         verify_long: also verify at one long shape per component, batch 1 at the length
             the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
+        verify_generation: also run a decoder exported with past for 16 greedy steps on ONNX Runtime's own
+            cache against PyTorch generate() (``zoo_convert.generation``); False checks single forwards only.
         bench_warmup / bench_runs: untimed calls per side first, then rounds of one timed call of
             each side (PyTorch and every variant, interleaved).
         bench_budget_s: seconds of timed calls of the slowest side after which a slow model stops
@@ -163,6 +165,7 @@ class Settings:
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
     verify_long: bool = True
+    verify_generation: bool = True
     bench_warmup: int = 1
     bench_runs: int = 20
     bench_budget_s: float = 1.0
