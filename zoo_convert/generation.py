@@ -103,7 +103,10 @@ class Generation:
             "generation_max_abs": self.max_abs,
             "generation_min_cosine": self.min_cosine,
             "generation_token_match": self.token_match,
-            "generation_note": self.note,
+            "generation_note": self.note or (
+                f"greedy tokens diverged at step {self.first_mismatch} on a near tie: PyTorch's two candidates"
+                " there are closer than the tolerance" if self.tie else None
+            ),
         }
 
 

@@ -258,7 +258,8 @@ class VariantResult:
         generation_max_abs / generation_min_cosine: the worst of those steps' logits.
         generation_token_match: share of ONNX Runtime's own greedy tokens (free-running on its cache)
             identical to PyTorch generate()'s (fp32 must reach 1.0; other variants: information).
-        generation_note: why a model exported with past had no generation check.
+        generation_note: why a model exported with past had no generation check, or that fp32's greedy
+            tokens diverged on a near tie of PyTorch's logits (closer than the tolerance: not a failure).
     """
 
     variant: str

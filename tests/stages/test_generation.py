@@ -155,6 +155,8 @@ def test_fp32_greedy_tokens_must_be_pytorchs(with_past) -> None:
     # Two PyTorch candidates closer than the tolerance are a tie, not a divergence.
     tie = generation.Generation(16, _steps(), token_match=0.75, first_mismatch=12, tie=True)
     assert verify_stage.judge(ex, _with_generation("fp32", tie), _steps(), SETTINGS) == _steps()
+    assert "diverged at step 12 on a near tie" in tie.summary()["generation_note"]
+    assert diverged.summary()["generation_note"] is None
 
 
 def test_a_model_without_past_has_no_generation_check(zoo_export) -> None:
@@ -174,3 +176,12 @@ def test_whisper_generates_from_its_encoded_audio(with_past) -> None:
     assert gen is not None and gen.note is None and gen.steps == 16
     assert all(c.passed for c in gen.checks) and gen.token_match == 1.0
     assert "input_features" in ex.cache.generation.reference.encoder_feed
+
+
+def test_no_generation_checks_single_forwards_only(with_past) -> None:
+    """``--no-generation``: the decoder is verified at its shapes, and nothing is generated."""
+    ex = with_past("gpt2")
+    artifact = _fp32(ex)
+    checks = verify_stage.verify(ex, artifact, Settings(verify_long=False, verify_generation=False))
+    assert checks and not any("/step" in c.shape for c in checks)
+    assert artifact.verified["model"].generation is None

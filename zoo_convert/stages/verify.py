@@ -6,7 +6,10 @@ shape, so dynamic axes are exercised, and at one long shape: batch 1 at the
 length the model is used at (:mod:`zoo_convert.shapes`), where models that
 compute differently past a length threshold show whether the graph kept the
 long path. Decoders run with a populated past (past length = sequence), and a
-merged decoder is checked on both of its branches. A variant that misses its
+merged decoder is checked on both of its branches; a decoder exported with past is also
+run the way it is used, 16 greedy steps on ONNX Runtime's own cache against PyTorch
+generate() (:mod:`zoo_convert.generation`: each step's logits are checks like the others,
+and fp32's own greedy tokens must be PyTorch's). A variant that misses its
 tolerance raises :class:`NumericsMismatchError`, which carries every check for
 the record; one that missed it at the long shape only says so (``long inputs only``).
 
