@@ -344,7 +344,8 @@ def check(
     tie = False
     if first is not None:
         step = ref.logits[first]
-        tie = bool(step[ref.tokens[first]] - step[own[first]] <= tol.max_abs)
+        # Only a finite tolerance makes two candidates "closer than it" (int8's max abs is unbounded).
+        tie = bool(np.isfinite(tol.max_abs) and step[ref.tokens[first]] - step[own[first]] <= tol.max_abs)
     return Generation(STEPS, checks, float(same.mean()), first, tie)
 
 
