@@ -139,6 +139,10 @@ def generation(args: argparse.Namespace) -> int:
         print(f"{model:28}{before:>12.2f}{after:>16.2f}{after / before if before else float('nan'):>8.2f}")
     totals = {config: sum(fastest[config].values()) for config in (NO_GEN, GEN)}
     ratio = totals[GEN] / totals[NO_GEN]
+    # Each run's own total too: on a loaded machine one model's fastest run can be either configuration's.
+    print("\nverify seconds, all models and variants, per run: "
+          + "; ".join(f"{config}: " + ", ".join(f"{sum(s for s, _, _ in r.values()):.1f}" for r in runs[config])
+                      for config in (NO_GEN, GEN)))  # fmt: skip
     changed = []
     for key in sorted(runs[NO_GEN][0]):
         before_status, after = runs[NO_GEN][0][key][1], runs[GEN][0].get(key, (0.0, "missing", ""))
