@@ -36,7 +36,7 @@ import numpy as np
 
 from .errors import VerifyError, first_line, is_our_bug
 from .records import OutputCheck, Settings, Tolerance, variant_files
-from .runtime import SENTENCES, Branch, _tokenizer, cases, session_for, torch_threads
+from .runtime import _ORT_FLOAT, SENTENCES, Branch, _tokenizer, cases, session_for, torch_threads
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 STEPS = 16
 # The prompt is the first sentence, cut to this many tokens (and to the position table).
 PROMPT_TOKENS = 24
-_ORT_FLOAT = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,10 @@ def _encoder_inputs(
     """The encoder's ORT feed and PyTorch generate() inputs: verify's batch-1 case, with a real prompt for text."""
     from . import shapes
 
-    shape = next(s for s in shapes.verify_shapes(enc.onnx_config, exported.checkpoint.path, settings) if s.batch == 1)
+    found = shapes.verify_shapes(enc.onnx_config, exported.checkpoint.path, settings)
+    shape = next((s for s in found if s.batch == 1), None) or (found[0] if found else None)
+    if shape is None:
+        raise _NotChecked(f"no verify shape to take {enc.name}'s inputs from")
     case = cases(exported, enc, 1, shape.sequence, settings, audio_samples=shape.audio_samples)[Branch.WHOLE]
     feed = dict(case.feed)
     torch_inputs = {k: v.detach().cpu().numpy() for k, v in case.torch_inputs.items() if hasattr(v, "detach")}
@@ -290,8 +292,8 @@ def _encoder_inputs(
         ids = np.array([_prompt_ids(exported, enc, decoder_only=False)], dtype=np.int64)
         feed["input_ids"] = torch_inputs["input_ids"] = ids
         label = f"1x{ids.shape[1]}"
-    # One sequence, as a user sends it: nothing masked (optimum's generated masks have holes), so the
-    # decoder's cross-attention mask is all ones over the encoder's output, whatever its length.
+    # One sequence, as a user sends it: nothing masked (optimum's generated masks have holes); the
+    # decoder is handed this mask too (see _encoded).
     for table in (feed, torch_inputs):
         if "attention_mask" in table:
             table["attention_mask"] = np.ones_like(feed.get("input_ids", table["attention_mask"]))
