@@ -185,3 +185,20 @@ def test_no_generation_checks_single_forwards_only(with_past) -> None:
     checks = verify_stage.verify(ex, artifact, Settings(verify_long=False, verify_generation=False))
     assert checks and not any("/step" in c.shape for c in checks)
     assert artifact.verified["model"].generation is None
+
+
+WITH_PAST = [m.name for m in zoo.ZOO if m.task.endswith("-with-past")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", WITH_PAST)
+def test_every_zoo_model_with_past_generates_as_pytorch_does(with_past, name: str) -> None:
+    """Decoders, encoder-decoders, speech and vision encoders: 16 steps on the cache, PyTorch's tokens, at fp32."""
+    ex = with_past(name)
+    artifact = _fp32(ex)
+    verify_stage.verify(ex, artifact, SETTINGS)
+    dec = generation.decoder(ex)
+    assert dec is not None
+    gen = artifact.verified[dec.name].generation
+    assert gen is not None and gen.note is None, gen
+    assert gen.steps == 16 and all(c.passed for c in gen.checks) and gen.token_match == 1.0
