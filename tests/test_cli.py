@@ -101,6 +101,7 @@ def test_no_optimize_and_no_benchmark_are_listed_in_help(command: str) -> None:
     proc = subprocess.run([EXE, command, "--help"], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "--no-optimize" in proc.stdout and "--no-benchmark" in proc.stdout and "--no-long-shape" in proc.stdout
+    assert "--no-generation" in proc.stdout
     assert "skip the latency measurement" in proc.stdout
 
 

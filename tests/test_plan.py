@@ -23,7 +23,8 @@ def test_the_same_settings_give_the_same_key() -> None:
 
 
 @pytest.mark.parametrize(
-    "change", [{"optimize": False}, {"benchmark": False}, {"optimize": False, "benchmark": False}, {"verify_long": False}]
+    "change", [{"optimize": False}, {"benchmark": False}, {"optimize": False, "benchmark": False}, {"verify_long": False},
+               {"verify_generation": False}]
 )
 def test_switching_optimize_or_benchmark_off_changes_the_key(change: dict) -> None:
     """A --no-benchmark result has no latencies, a --no-long-shape one never saw a long input:

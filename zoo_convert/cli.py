@@ -102,6 +102,10 @@ _NO_LONG_SHAPE = click.option(
     "--no-long-shape", is_flag=True,
     help="verify at the two short shapes only, not also at the length the model is used at (README: verify)",
 )
+_NO_GENERATION = click.option(
+    "--no-generation", is_flag=True,
+    help="do not run a decoder's 16 greedy generation steps on ORT's own cache against PyTorch generate()",
+)
 
 
 # Every Hub request of the command (and of a run's workers) draws from this budget.
@@ -134,6 +138,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
+@_NO_GENERATION
 @click.option("--threads", type=click.IntRange(1),
               help="intra-op threads of PyTorch and ONNX Runtime in verify and the latency measurement"
                    " [default: the CPUs this process may use; a farm job uses 1]")
@@ -153,6 +158,7 @@ def convert(
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
+    no_generation: bool,
     threads: int | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -186,6 +192,7 @@ def convert(
         optimize=not no_optimize,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
+        verify_generation=not no_generation,
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
         threads=threads or _usable_cpus(),
     )
@@ -441,6 +448,7 @@ def publish(
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
+@_NO_GENERATION
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
@@ -462,6 +470,7 @@ def run(
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
+    no_generation: bool,
     name: str | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -492,6 +501,7 @@ def run(
         optimize=not no_optimize,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
+        verify_generation=not no_generation,
     )
     options = FarmOptions(
         address=address,

@@ -16,6 +16,7 @@ same words::
      │    ├── QuantizeError         a graph quantize.py cannot write (opset, size, unsafe data path)
      │    └── ForkedError           what a forked child raised (forked.py), with its kind and traceback
      ├── VerifyError                verify_error, verify_numerics
+     │    └── NumericsMismatchError verify_numerics (GenerationMismatchError: greedy tokens diverged)
      ├── BenchmarkError             benchmark_error
      ├── PublishError               publish_error
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
@@ -253,6 +254,32 @@ class NumericsMismatchError(VerifyError):
         self.tolerance = tolerance
         self.checks = checks
         self.long_only = long_only
+
+
+class GenerationMismatchError(NumericsMismatchError):
+    """Every generation step's logits met the tolerance, yet ONNX Runtime's own greedy tokens are not PyTorch's.
+
+    Attributes (besides NumericsMismatchError's; ``worst`` is the logits check of the step that diverged):
+        token_match: share of ORT's greedy tokens identical to PyTorch ``generate()``'s.
+        first_mismatch: the first step whose token differs.
+    """
+
+    def __init__(
+        self, *, worst: OutputCheck, tolerance: Tolerance, checks: tuple[OutputCheck, ...], token_match: float,
+        first_mismatch: int, steps: int,
+    ) -> None:  # fmt: skip
+        VerifyError.__init__(
+            self,
+            f"greedy generation diverged from PyTorch generate() at step {first_mismatch} of {steps}:"
+            f" {token_match:.0%} of tokens identical, every step's logits within tolerance"
+            f" (worst at {worst.shape}: max abs {worst.max_abs:.3g}, tolerance {tolerance.max_abs:g})",
+        )
+        self.worst = worst
+        self.tolerance = tolerance
+        self.checks = checks
+        self.long_only = None
+        self.token_match = token_match
+        self.first_mismatch = first_mismatch
 
 
 class BenchmarkError(ZooConvertError):

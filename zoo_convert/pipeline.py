@@ -164,6 +164,7 @@ def _verified(
         file=str(artifact.files[exported.components[0].name].relative_to(exported.out_dir)),
         size_bytes=artifact.size_bytes,
         optimizer=artifact.details,
+        **next((v.generation.summary() for v in artifact.verified.values() if v.generation is not None), {}),
     )
     checks: list[OutputCheck] = []
     try:

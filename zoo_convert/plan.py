@@ -206,6 +206,7 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         "tolerances": {k: asdict(v) for k, v in sorted(settings.tolerances.items())},
         "verify_shapes": settings.verify_shapes,
         "verify_long": settings.verify_long,
+        "verify_generation": settings.verify_generation,
         "providers": settings.providers,
         "external_data_threshold": settings.external_data_threshold,
         # Always present: a --no-benchmark result has no latencies, so a default run must not reuse it.

@@ -135,6 +135,8 @@ class Settings:
             from the exporter's dummy input so the dynamic axes are exercised.
         verify_long: also verify at one long shape per component, batch 1 at the length
             the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
+        verify_generation: also run a decoder exported with past for 16 greedy steps on ONNX Runtime's own
+            cache against PyTorch generate() (``zoo_convert.generation``); False checks single forwards only.
         bench_warmup / bench_runs: untimed calls per side first, then rounds of one timed call of
             each side (PyTorch and every variant, interleaved).
         bench_budget_s: seconds of timed calls of the slowest side after which a slow model stops
@@ -163,6 +165,7 @@ class Settings:
     )
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
     verify_long: bool = True
+    verify_generation: bool = True
     bench_warmup: int = 1
     bench_runs: int = 20
     bench_budget_s: float = 1.0
@@ -251,6 +254,14 @@ class VariantResult:
         bench_note: why the latency is empty (timing failed; the variant stays verified).
         optimizer: fusion statistics and whether any fusion applied.
         outputs: per-output verification numbers.
+        generation_steps: decoding steps ONNX Runtime ran with its own cache, teacher-forced on PyTorch
+            generate()'s greedy tokens, each step's logits checked at the variant's tolerance (their checks are
+            among ``outputs``, shape ``1x13/step05``); None for a model that does not generate.
+        generation_max_abs / generation_min_cosine: the worst of those steps' logits.
+        generation_token_match: share of ONNX Runtime's own greedy tokens (free-running on its cache)
+            identical to PyTorch generate()'s (fp32 must reach 1.0; other variants: information).
+        generation_note: why a model exported with past had no generation check, or that fp32's greedy
+            tokens diverged on a near tie of PyTorch's logits (closer than the tolerance: not a failure).
     """
 
     variant: str
@@ -281,6 +292,11 @@ class VariantResult:
     bench_note: str | None = None
     optimizer: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputCheck, ...] = ()
+    generation_steps: int | None = None
+    generation_max_abs: float | None = None
+    generation_min_cosine: float | None = None
+    generation_token_match: float | None = None
+    generation_note: str | None = None
 
 
 @dataclass(frozen=True)

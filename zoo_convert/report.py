@@ -27,6 +27,11 @@ def summary(result: ConversionResult) -> str:
         cells = [f"  {v.variant:<5} {v.status:<6}"]
         if v.max_abs is not None:
             cells.append(f"max_abs={v.max_abs:.2e} cos={v.min_cosine:.5f}")
+        if v.generation_steps:
+            match = f"{v.generation_token_match:.0%}" if v.generation_token_match is not None else "-"
+            cells.append(f"generate {v.generation_steps} steps max_abs={v.generation_max_abs:.2e} tokens={match}")
+        elif v.generation_note:
+            cells.append(f"generation not checked: {v.generation_note}")
         if v.ort_p50_ms is not None:
             torch = f"{v.torch_p50_ms:.2f}ms" if v.torch_p50_ms is not None else "-"
             speedup = f"{v.speedup:.2f}x" if v.speedup is not None else "-"

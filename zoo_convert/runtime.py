@@ -133,6 +133,7 @@ class RuntimeCache:
         torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
             held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
             could not be timed, and the load average around it; None when PyTorch is timed with the variants.
+        generation: PyTorch's greedy generation (:mod:`zoo_convert.generation`), memoized; None before it ran.
     """
 
     sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
@@ -143,6 +144,7 @@ class RuntimeCache:
     tokenizer_loaded: bool = False
     unrepeatable: dict[str, tuple[str, ...]] = field(default_factory=dict)
     torch_alone: TorchAlone | None = None
+    generation: Any = None
 
 
 @dataclass(frozen=True)
@@ -166,12 +168,19 @@ class ModuleState:
         self._saved = [
             (m, dict(vars(m)), dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in module.modules()
         ]
+        # optimum's patcher sets ``use_cache`` on every submodule's config in place (a T5 encoder's
+        # too, which then refuses to run in generate()): the configs are part of the model as loaded.
+        configs = {id(c): c for m in module.modules() if (c := getattr(m, "config", None)) is not None}
+        self._configs = [(c, dict(vars(c))) for c in configs.values() if hasattr(c, "__dict__")]
 
     def restore(self) -> None:
         for module, attrs, modules, parameters, buffers in self._saved:
             state = vars(module)
             state.clear()
             state.update(attrs, _modules=dict(modules), _parameters=dict(parameters), _buffers=dict(buffers))
+        for config, saved in self._configs:
+            vars(config).clear()
+            vars(config).update(saved)
 
 
 def ort_session(

@@ -158,7 +158,9 @@ DETAIL_QUERIES: dict[str, str] = {
         SELECT m.id, r.variant, r.status, r.failure_kind, r.stage, r.message, r.max_abs, r.max_rel, r.min_cosine,
             r.ort_p50_ms, r.ort_p90_ms, r.torch_p50_ms, r.torch_p90_ms, r.speedup, r.size_bytes,
             r.bench_noisy, r.bench_threads, r.bench_shape, r.bench_cpu, r.bench_load, r.ort_spread, r.torch_spread,
-            r.bench_note, r.verify_s, r.benchmark_s, left(r.traceback, 4000) AS traceback
+            r.bench_note, r.verify_s, r.benchmark_s, left(r.traceback, 4000) AS traceback,
+            r.generation_steps, r.generation_max_abs, r.generation_min_cosine, r.generation_token_match,
+            r.generation_note
         FROM dash_models m JOIN results r USING (job_seq) ORDER BY m.id, list_position({list(VARIANTS)}, r.variant)
     """,
     "detail_outputs": """

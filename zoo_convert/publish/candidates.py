@@ -34,6 +34,11 @@ class VariantRow:
     bench_load: float | None = None
     bench_noisy: bool | None = None
     bench_note: str | None = None
+    generation_steps: int | None = None
+    generation_max_abs: float | None = None
+    generation_min_cosine: float | None = None
+    generation_token_match: float | None = None
+    generation_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,8 @@ def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Cand
                 speedup=r["speedup"],
                 # A DB written before migration 8 has no latency conditions: its figures are shown without them.
                 **{name: r.get(name) for name in _CONDITIONS},
+                # ... nor, before migration 9, the generation check: shown as not run.
+                **{name: r.get(name) for name in _GENERATION},
             )
             for r in sorted(rows, key=lambda r: VARIANTS.index(r["variant"]) if r["variant"] in VARIANTS else 99)
             if r["variant"] is not None
@@ -131,6 +138,15 @@ _CONDITIONS = (
     "bench_load",
     "bench_noisy",
     "bench_note",
+)
+
+
+_GENERATION = (
+    "generation_steps",
+    "generation_max_abs",
+    "generation_min_cosine",
+    "generation_token_match",
+    "generation_note",
 )
 
 

@@ -116,6 +116,7 @@ def model_card(
         ),
         "",
         *_latency_conditions(c.variants),
+        *_generation(c.variants),
         f"Task `{c.task}`, model type `{c.model_type}`, verified {(c.finished_at or '')[:10]} with "
         + ", ".join(f"{k} {v}" for k, v in sorted(c.versions.items()))
         + ".",
@@ -227,6 +228,37 @@ def _timm_usage(repo_id: str, cfg: dict[str, Any], published: list[VariantRow]) 
         *(f"| `{v.file}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |" for v in files),
         "",
     ]
+
+
+def _generation(variants: Iterable[VariantRow]) -> list[str]:
+    """What generating with each variant gave against PyTorch generate(), for a model that generates."""
+    rows = [v for v in variants if v.generation_steps or v.generation_note]
+    if not rows:
+        return []
+    steps = next((v.generation_steps for v in rows if v.generation_steps), 16)
+    return [
+        "### Generation",
+        "",
+        f"Each variant generated {steps} tokens greedily in ONNX Runtime with its own key/value cache, from an"
+        " empty past, teacher-forced on PyTorch `generate()`'s tokens; every step's logits were compared with"
+        " PyTorch's at the variant's tolerance. *Greedy tokens* is the share of ONNX Runtime's own greedy tokens"
+        " (running on its own output) identical to PyTorch's.",
+        "",
+        "| variant | steps | max abs error | min cosine | greedy tokens |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {v.variant} | {v.generation_steps or 0} | {_sci(v.generation_max_abs)} "
+            f"| {_fixed(v.generation_min_cosine, 6)} | {_share(v.generation_token_match)} |"
+            if v.generation_steps
+            else f"| {v.variant} | not checked: {v.generation_note} | | | |"
+            for v in rows
+        ),
+        "",
+    ]
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def _named(file: str, variant: str, dtype: str) -> str:

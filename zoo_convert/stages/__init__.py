@@ -28,6 +28,7 @@ from ..runtime import ModuleState, RuntimeCache
 
 if TYPE_CHECKING:
     import onnx
+    from ..generation import Generation
     import torch
     from optimum.exporters.onnx import OnnxConfig
 
@@ -159,6 +160,8 @@ class Verified:
         error: why it could not run every check (an ONNX Runtime failure at one input); None when it did.
         error_kind: the failure kind of ``error``.
         traceback: where ``error`` was raised, for a bug of ours.
+        generation: ONNX Runtime's generation against PyTorch's, for the component that generates
+            (its step checks are among ``checks``); None for any other.
     """
 
     checks: tuple[OutputCheck, ...]
@@ -166,6 +169,7 @@ class Verified:
     error: str | None = None
     error_kind: str | None = None
     traceback: str | None = None
+    generation: Generation | None = None
 
     @property
     def passed(self) -> bool:

@@ -6,7 +6,10 @@ shape, so dynamic axes are exercised, and at one long shape: batch 1 at the
 length the model is used at (:mod:`zoo_convert.shapes`), where models that
 compute differently past a length threshold show whether the graph kept the
 long path. Decoders run with a populated past (past length = sequence), and a
-merged decoder is checked on both of its branches. A variant that misses its
+merged decoder is checked on both of its branches; a decoder exported with past is also
+run the way it is used, 16 greedy steps on ONNX Runtime's own cache against PyTorch
+generate() (:mod:`zoo_convert.generation`: each step's logits are checks like the others,
+and fp32's own greedy tokens must be PyTorch's). A variant that misses its
 tolerance raises :class:`NumericsMismatchError`, which carries every check for
 the record; one that missed it at the long shape only says so (``long inputs only``).
 
@@ -37,8 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import shapes
-from ..errors import NumericsMismatchError, VerifyError, is_our_bug
+from .. import generation, shapes
+from ..errors import GenerationMismatchError, NumericsMismatchError, VerifyError, is_our_bug
 from ..records import OutputCheck, Settings, Tolerance
 from ..runtime import Case, cases, feed_for, session_for
 from . import Artifact, Component, ExportedModel, Verified
@@ -62,6 +65,7 @@ def references(exported: ExportedModel, settings: Settings) -> None:
     """
     for _ in _cases(exported, settings):
         pass
+    generation.reference(exported, settings)
 
 
 def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings: Settings) -> Verified:
@@ -77,12 +81,16 @@ def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings
         for name, ort_value in _run_ort(session_for(exported, artifact, case_comp, settings), case, case_comp).items():
             output = _recorded(exported, case_comp, name)
             checks.append(compare(output, case.label, case.reference[name], ort_value, tol, keep=case.keep.get(name)))
-    return Verified(tuple(checks), round(time.perf_counter() - t0, 4))
+    generated = generation.check(exported, artifact, comp, settings, tol)
+    checks += generated.checks if generated is not None else ()
+    return Verified(tuple(checks), round(time.perf_counter() - t0, 4), generation=generated)
 
 
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
     """Compare ``artifact`` against PyTorch at every verify shape; NumericsMismatchError when it misses its tolerance."""
-    checks = [c for comp in exported.components for c in check(exported, artifact, comp, settings).checks]
+    for comp in exported.components:
+        artifact.verified[comp.name] = check(exported, artifact, comp, settings)
+    checks = [c for comp in exported.components for c in artifact.verified[comp.name].checks]
     return judge(exported, artifact, tuple(checks), settings)
 
 
@@ -112,7 +120,26 @@ def judge(exported: ExportedModel, artifact: Artifact, checks: tuple[OutputCheck
                 f" float16's smallest normal value {FP16_SMALLEST_NORMAL:.3g}: fp16 cannot carry these outputs"
             )
         raise NumericsMismatchError(worst=worst, tolerance=tol, checks=checks, long_only=long_only, note=note)
+    _judge_tokens(artifact, checks, tol)
     return checks
+
+
+def _judge_tokens(artifact: Artifact, checks: tuple[OutputCheck, ...], tol: Tolerance) -> None:
+    """fp32's own greedy tokens must be PyTorch generate()'s; a near tie in PyTorch's logits is no divergence.
+
+    The other variants' token match is recorded as information: quantized logits may pick
+    another of two close candidates and still be within their tolerance.
+    """
+    found = [v.generation for v in artifact.verified.values() if v.generation is not None and v.generation.checks]
+    if artifact.variant != "fp32" or not found:
+        return
+    gen = found[0]
+    if gen.first_mismatch is None or gen.tie or gen.token_match is None:
+        return
+    raise GenerationMismatchError(
+        worst=gen.checks[gen.first_mismatch], tolerance=tol, checks=checks, token_match=gen.token_match,
+        first_mismatch=gen.first_mismatch, steps=gen.steps,
+    )  # fmt: skip
 
 
 def _tolerance(settings: Settings, variant: str) -> Tolerance:

@@ -18,7 +18,7 @@ from ..errors import StoreError, UsageError
 from .db import ResultStore
 
 EXPORTED = ("runs", "results", "verification", "op_census", "publications",
-            "latest_results", "compat_matrix", "regressions", "failure_signatures")
+            "latest_results", "compat_matrix", "regressions", "failure_signatures", "generation")
 
 Row: TypeAlias = tuple[Any, ...]  # a DuckDB row: each value of its column's SQL type
 Params: TypeAlias = Sequence[object] | Mapping[str, object] | None  # ? or $name parameters

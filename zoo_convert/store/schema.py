@@ -24,6 +24,8 @@ Views (the model identity is source + revision + exporter + requested opset)::
                       (``results.previous_job_seq``, set by the writer)
     failure_signatures latest failures grouped by normalised message (the row's own model type
                       and source replaced too: one cause, one signature)
+    generation        latest variants of the models that generate: steps run with ORT's own cache,
+                      worst step's logits, share of greedy tokens identical to PyTorch generate()
 """
 
 from __future__ import annotations
@@ -370,6 +372,32 @@ WHERE regression IS NOT NULL;
 )
 
 
+# Generation, not one forward (issue 22): a decoder exported with past is run the way it is used,
+# ONNX Runtime's cache step by step against PyTorch generate() (``zoo_convert.generation``). Each
+# variant row gets the steps compared, the worst step's logits and the share of ORT's own greedy
+# tokens identical to PyTorch's (NULL for a model that does not generate); ``generation`` is the
+# latest of those per model and variant. The views over ``results.*`` are made again (see
+# ``_RESULTS_TIMEOUT``), as migration 8 left them.
+_GENERATION = (
+    """
+ALTER TABLE results ADD COLUMN generation_steps INTEGER;
+ALTER TABLE results ADD COLUMN generation_max_abs DOUBLE;
+ALTER TABLE results ADD COLUMN generation_min_cosine DOUBLE;
+ALTER TABLE results ADD COLUMN generation_token_match DOUBLE;
+ALTER TABLE results ADD COLUMN generation_note VARCHAR;
+"""
+    + _LATENCY_CONDITIONS[_LATENCY_CONDITIONS.index("CREATE OR REPLACE VIEW latest_results") :]
+    + """
+CREATE VIEW generation AS
+SELECT source, model_type, task, variant, status, failure_kind,
+    generation_steps AS steps, generation_max_abs AS max_abs, generation_min_cosine AS min_cosine,
+    generation_token_match AS token_match, generation_note AS note, job_key, run_id
+FROM latest_results
+WHERE generation_steps IS NOT NULL OR generation_note IS NOT NULL;
+"""
+)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -388,6 +416,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "signatures by cause", _SIGNATURES_BY_CAUSE),
     Migration(7, "inconclusive cells", _INCONCLUSIVE_CELLS),
     Migration(8, "latency conditions", _LATENCY_CONDITIONS),
+    Migration(9, "generation", _GENERATION),
 )
 
 SCHEMA_MIGRATIONS = """

@@ -370,6 +370,14 @@ function renderDetail(m, d) {
      ["size MB", (v) => (v.status === "passed" && v.size_bytes ? num(v.size_bytes / 1e6) : "–"), true],
      ["failure", (v) => esc(v.failure_kind)], ["stage", (v) => esc(v.stage)], ["message", (v) => `<span class="msg">${esc(v.message)}</span>`]],
     d.variants || [], "no rows");
+  // A decoder is used by generating: ORT's own cache over the steps, against PyTorch generate().
+  const generated = (d.variants || []).filter((v) => v.generation_steps || v.generation_note);
+  if (generated.length) html += "<h3>Generation <small>greedy, ORT's own cache from an empty past, teacher-forced on PyTorch generate()'s tokens; per step in the per-output errors (…/stepNN)</small></h3>" + table(
+    [["variant", (v) => esc(v.variant)], ["steps", (v) => esc(v.generation_steps ?? "–"), true],
+     ["max abs", (v) => num(v.generation_max_abs), true], ["min cosine", (v) => num(v.generation_min_cosine, 6), true],
+     ["greedy tokens = PyTorch", (v) => pct(v.generation_token_match), true],
+     ["note", (v) => `<span class="msg">${esc(v.generation_note)}</span>`]],
+    generated, "no rows");
   const tb = (d.variants || []).map((v) => v.traceback).find(Boolean);
   if (tb) html += `<h3>Traceback</h3><pre>${esc(tb)}</pre>`;
   html += `<h3>History <small>the model's last ${(d.history || []).length} jobs, newest first</small></h3>` + table(
