@@ -100,6 +100,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
         run.fail(exc)
+        if "model_type" not in run.facts:  # failed before fetch vetted it: config.json may still say
+            run.facts["model_type"] = fetch.config_model_type(entry, settings)
     return run.result(settings)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import stat
 import struct
 from collections.abc import Callable
@@ -47,6 +48,8 @@ SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*
 _PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
 # The safetensors format's own limit; a longer header is corrupt, and not worth reading into memory.
 _MAX_SAFETENSORS_HEADER = 100 * 1024**2
+# A config.json read only for its model_type after a failed fetch; real ones are a few KB.
+_MAX_CONFIG_BYTES = 1024**2
 
 
 def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
@@ -61,6 +64,46 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
         path, resolved = download(entry, settings)
         side_files(path)
     return _vet(path, resolved, entry)
+
+
+def config_model_type(entry: ManifestEntry, settings: Settings) -> str | None:
+    """The model_type of the entry's config.json where it is on disk, for a job that failed before it was vetted.
+
+    A failed fetch still lands in its model type's row of the matrix. Reads a local
+    folder's file or the Hub cache's copy (no request), a regular file of at most
+    :data:`_MAX_CONFIG_BYTES`; anything else is None.
+    """
+    if is_local(entry.source):
+        config = Path(entry.source).expanduser() / "config.json"
+    elif is_hub_id(entry.source):
+        from huggingface_hub import try_to_load_from_cache
+
+        revision = entry.snapshot.sha if entry.snapshot else entry.revision
+        try:
+            cached = try_to_load_from_cache(entry.source, "config.json", cache_dir=settings.hf_cache, revision=revision)
+        except ValueError:  # an id huggingface_hub refuses
+            return None
+        if not isinstance(cached, str):
+            return None
+        config = Path(cached)
+    else:
+        return None
+    parsed = _small_json(config, _MAX_CONFIG_BYTES)
+    model_type = parsed.get("model_type") if isinstance(parsed, dict) else None
+    return model_type if isinstance(model_type, str) and model_type else None
+
+
+def _small_json(path: Path, cap: int) -> object:
+    """The JSON in ``path`` if it is a regular file of at most ``cap`` bytes and parses; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO would block a plain open
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+                return None
+            return json.loads(fh.read(cap + 1))
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def resolve_revision(entry: ManifestEntry, settings: Settings) -> str:
