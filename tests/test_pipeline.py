@@ -581,3 +581,13 @@ def test_a_variant_is_no_better_than_the_export_it_was_made_from(zoo_dir: Path, 
     assert card.count("| failed |") == 3 and "| passed |" not in card
     with pytest.raises(PublishError, match="no verified ONNX graph"):
         repo_files(candidate)
+
+
+def test_a_model_that_fails_in_fetch_keeps_the_model_type_its_config_names(minilm_dir: Path, tmp_path: Path) -> None:
+    """The dashboard's matrix and table file it under bert, not under "unknown"."""
+    src = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, src)
+    (src / "tokenizer.json").write_text((src / "tokenizer.json").read_text()[:500])
+    result = convert_one(ManifestEntry(source=str(src), variants=("fp32",)), Settings(out_dir=str(tmp_path / "out")))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "fetch_error", "fetch")
+    assert result.model_type == "bert" and result.opset is None

@@ -112,6 +112,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         if out_dir is not None and ("artifacts_dir" not in run.facts or machine):
             _discard(out_dir, Path(settings.out_dir))
             run.facts.pop("artifacts_dir", None)
+        if "model_type" not in run.facts:  # failed before fetch vetted it: config.json may still say
+            run.facts["model_type"] = fetch.config_model_type(entry, settings)
     return run.result(settings)
 
 

@@ -89,9 +89,9 @@ def test_csv_download_holds_the_rows_shown_in_full(browser: Chrome, site_url: st
     rows = list(csv.DictReader(io.StringIO((tmp_path / "models.csv").read_text())))
     assert [r["source"] for r in rows] == _column(browser, "model")
     wavlm = next(r for r in rows if r["source"] == "zoo/wavlm-f")
-    assert wavlm["message"].startswith("fp16 optimize crashed") and len(wavlm["message"]) > 120  # the table cuts at 120
+    assert wavlm["message"].startswith("fp16 optimize crashed") and wavlm["message"].endswith("(signal 11)")
     shown = dict(zip(_column(browser, "model"), _column(browser, "message")))
-    assert wavlm["message"].startswith(shown["zoo/wavlm-f"]) and len(shown["zoo/wavlm-f"]) == 120
+    assert shown["zoo/wavlm-f"] == wavlm["message"]  # whole in the cell, two lines of it on screen
     bert = next(r for r in rows if r["source"] == "zoo/bert-a")
     assert bert["status"] == "failed" and bert["fp16"] == "passed" and float(bert["max_abs_fp32"]) == 0.5
     assert browser.errors == []
@@ -176,12 +176,12 @@ def test_numbers_do_not_wrap_on_a_narrow_screen(browser: Chrome, site_url: str) 
         _open_at(browser, site_url + _hash("zoo/roberta-c", 17))
         browser.wait_for("document.querySelectorAll('#drill h3').length >= 4")
         lines = browser.eval(
-            "[...document.querySelectorAll('td.num')].filter(td => td.textContent.trim()).map(td => {"
+            "[...document.querySelectorAll('td.num')].filter(td => td.textContent.trim() && td.getClientRects().length).map(td => {"
             " const r = document.createRange(); r.selectNodeContents(td);"
             " return [td.textContent, new Set([...r.getClientRects()].map(b => Math.round(b.top))).size]; })")
     finally:
         browser.reset_size()
-    assert len(lines) > 50 and [text for text, n in lines if n != 1] == []
+    assert len(lines) > 50 and [text for text, n in lines if n != 1] == []  # a collapsed column shows none
 
 
 @pytest.fixture(scope="module")

@@ -231,3 +231,37 @@ def test_weights_that_are_no_readable_file_are_fetch_error(plant: str, bert_dir:
     # a FIFO is refused unopened as unsafe (tests/test_hostile_files.py); the rest cannot be read
     want = FailureKind.FETCH_UNSAFE if plant == "fifo" else FailureKind.FETCH_ERROR
     assert err.kind == want and "extra.safetensors" in str(err), err
+
+
+def test_a_failed_fetch_still_reads_the_model_type_of_config_json(bert_dir: Path, tmp_path: Path) -> None:
+    from zoo_convert.stages.fetch import config_model_type
+
+    assert config_model_type(ManifestEntry(source=str(bert_dir)), Settings()) == "bert"
+    # a Hub checkpoint's copy in the cache, found without a request
+    sha = "a" * 40
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    shutil.copy(bert_dir / "config.json", snapshot / "config.json")
+    entry = ManifestEntry(source="org/tiny", revision=sha)
+    assert config_model_type(entry, Settings(hf_cache=str(tmp_path / "hub"))) == "bert"
+    assert config_model_type(ManifestEntry(source="org/other"), Settings(hf_cache=str(tmp_path / "hub"))) is None
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero", "too-big", "folder", "not-json", "no-type"])
+def test_a_config_json_that_is_no_small_regular_file_gives_no_model_type(plant: str, tmp_path: Path) -> None:
+    from zoo_convert.stages.fetch import config_model_type
+
+    config = tmp_path / "config.json"
+    if plant == "fifo":
+        os.mkfifo(config)  # a plain open() would wait for a writer forever
+    elif plant == "dev-zero":
+        config.symlink_to("/dev/zero")
+    elif plant == "too-big":
+        config.write_text(json.dumps({"model_type": "bert", "pad": "x" * 2 * 1024**2}))
+    elif plant == "folder":
+        config.mkdir()
+    elif plant == "not-json":
+        config.write_text("{model_type: bert")
+    else:
+        config.write_text(json.dumps({"model_type": ["bert"]}))
+    assert config_model_type(ManifestEntry(source=str(tmp_path)), Settings()) is None

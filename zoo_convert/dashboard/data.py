@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 
 from ..records import VARIANTS
+from ..stages.benchmark import NOISY_SPREAD
 from ..store.queries import regression_rows
 
 MODEL_CAP = 2000
@@ -105,7 +106,11 @@ QUERIES: dict[str, str] = {
             count(variant) AS variants,
             count(variant) FILTER (WHERE status = 'passed') AS variants_verified,
             median(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed' AND NOT coalesce(bench_noisy, false))
-                AS median_speedup
+                AS median_speedup,
+            -- how many models the median is taken over (one fp32 row each), and why the others are not in it
+            count(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed' AND NOT coalesce(bench_noisy, false))
+                AS speedup_n,
+            count(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed' AND bench_noisy) AS speedup_noisy
         FROM latest_results
         WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     """,
@@ -235,6 +240,7 @@ def collect(con: Con, timer: Callable[[str, float], None] | None = None) -> dict
     data["headline"] = data["headline"][0]
     data["model_count"] = next(iter(data["model_count"][0].values()))
     data["model_cap"] = MODEL_CAP
+    data["noisy_spread"] = NOISY_SPREAD
     data["variants"] = list(VARIANTS)
     return data
 

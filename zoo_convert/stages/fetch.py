@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import diffusion
-from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, first_line
+from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, ZooConvertError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
 from ..sources import is_hub_id, is_local, open_regular, read_json, side_files
 from . import Checkpoint
@@ -60,6 +60,8 @@ _JSON_SIDE_FILES = (
 _PREFERRED_TASKS = ("text2text-generation", "automatic-speech-recognition", "text-generation")
 # The safetensors format's own limit; a longer header is corrupt, and not worth reading into memory.
 _MAX_SAFETENSORS_HEADER = 100 * 1024**2
+# A config.json read only for its model_type after a failed fetch; real ones are a few KB.
+_MAX_CONFIG_BYTES = 1024**2
 
 
 def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
@@ -74,6 +76,36 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
         path, resolved = download(entry, settings)
         side_files(path)
     return _vet(path, resolved, entry)
+
+
+def config_model_type(entry: ManifestEntry, settings: Settings) -> str | None:
+    """The model_type of the entry's config.json where it is on disk, for a job that failed before it was vetted.
+
+    A failed fetch still lands in its model type's row of the matrix. Reads a local
+    folder's file or the Hub cache's copy (no request), a regular file of at most
+    :data:`_MAX_CONFIG_BYTES`; anything else is None.
+    """
+    if is_local(entry.source):
+        config = Path(entry.source).expanduser() / "config.json"
+    elif is_hub_id(entry.source):
+        from huggingface_hub import try_to_load_from_cache
+
+        revision = entry.snapshot.sha if entry.snapshot else entry.revision
+        try:
+            cached = try_to_load_from_cache(entry.source, "config.json", cache_dir=settings.hf_cache, revision=revision)
+        except ValueError:  # an id huggingface_hub refuses
+            return None
+        if not isinstance(cached, str):
+            return None
+        config = Path(cached)
+    else:
+        return None
+    try:
+        parsed = read_json(config, limit=_MAX_CONFIG_BYTES)  # looked at first: a FIFO or /dev/zero is never read
+    except ZooConvertError:
+        return None
+    model_type = parsed.get("model_type") if isinstance(parsed, dict) else None
+    return model_type if isinstance(model_type, str) and model_type else None
 
 
 def resolve_revision(entry: ManifestEntry, settings: Settings) -> str:

@@ -37,6 +37,15 @@ function jobStatus(jobStatus, variantStatuses) {
   return variantStatuses.some((s) => s !== "passed") ? "partial" : "passed";
 }
 
+// The median is taken over the calm fp32 latencies only: say over how many models, and why the others are out.
+function speedupNote(h) {
+  const notTimed = h.models - h.speedup_n - h.speedup_noisy;
+  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (spread > ${num(100 * DATA.noisy_spread, 2)}% or load above the cores)` : null,
+    notTimed ? `${notTimed} not timed (fp32 not verified, or no latency)` : null].filter(Boolean);
+  return `median fp32 speedup vs PyTorch over ${h.speedup_n} of ${h.models} models`
+    + (out.length ? `; ${h.models - h.speedup_n} left out: ${out.join(", ")}` : "");
+}
+
 function renderHeadline() {
   const h = DATA.headline;
   const cards = [
@@ -45,7 +54,7 @@ function renderHeadline() {
     [h.inconclusive, "inconclusive: the PyTorch reference proves nothing"],
     [h.models - h.converted - h.inconclusive, "not converted"],
     [`${h.variants_verified}/${h.variants}`, "variants verified (of those made)"],
-    [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", "median fp32 speedup vs PyTorch"],
+    [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", speedupNote(h)],
     [DATA.regressions.length, "regressions in the latest run"],
     [h.runs, "runs"],
     [h.result_rows, "result rows"],
@@ -58,7 +67,7 @@ function renderMatrix() {
   const rows = new Map();
   for (const m of DATA.matrix) {
     const key = JSON.stringify([m.model_type, m.task, m.opset]);
-    if (!rows.has(key)) rows.set(key, { model_type: m.model_type, task: m.task, opset: m.opset ?? "default", cells: {} });
+    if (!rows.has(key)) rows.set(key, { model_type: m.model_type, task: m.task, opset: m.opset ?? "–", cells: {} });
     rows.get(key).cells[m.variant] = m;
   }
   if (!rows.size) { $("#matrix").innerHTML = '<p class="empty-note">no results yet</p>'; return; }
@@ -159,7 +168,7 @@ function renderFailures() {
   $("#regression-note").textContent = h.latest_run ? `in ${runLabel(h.latest_run, h.latest_name)}, vs each model's latest earlier result` : "";
   $("#regressions").innerHTML = table(
     [["what", (r) => esc(r.regression)], ["model", (r) => esc(r.source)], ["exporter", (r) => esc(r.exporter)],
-     ["opset", (r) => esc(r.opset ?? "default"), true], ["variant", (r) => esc(r.variant)], ["since", (r) => esc(r.since_run)],
+     ["opset", (r) => esc(r.opset ?? "–"), true], ["variant", (r) => esc(r.variant)], ["since", (r) => esc(r.since_run)],
      ["what changed", (r) => `<span class="msg">${esc(r.changed)}</span>`],
      ["max abs", (r) => `${num(r.previous_max_abs)} → ${num(r.max_abs)}`, true],
      ["ORT p50 ms", (r) => `${num(r.previous_ort_p50_ms)} → ${num(r.ort_p50_ms)}`, true],
@@ -169,19 +178,21 @@ function renderFailures() {
 
 // Each column: header, cell HTML, the raw value it sorts and exports by, and whether it is a number.
 const MODEL_COLS = [
-  { name: "model", html: (m) => esc(m.source), value: (m) => m.source },
-  { name: "type", html: (m) => esc(m.model_type), value: (m) => m.model_type },
-  { name: "task", html: (m) => esc(m.task), value: (m) => m.task },
-  { name: "exporter", html: (m) => esc(m.exporter), value: (m) => m.exporter },
-  { name: "opset", html: (m) => esc(m.opset ?? "default"), value: (m) => m.opset, num: true },
+  { name: "model", html: (m) => `<span class="clamp" title="${esc(m.source)}">${esc(m.source)}</span>`, value: (m) => m.source, cls: "c-model" },
+  { name: "type", html: (m) => esc(m.model_type ?? "unknown"), value: (m) => m.model_type },
+  { name: "task", html: (m) => esc(m.task), value: (m) => m.task, cls: "c-minor" },
+  { name: "exporter", html: (m) => esc(m.exporter), value: (m) => m.exporter, cls: "c-minor" },
+  { name: "opset", html: (m) => esc(m.opset ?? "–"), value: (m) => m.opset, num: true },
   { name: "status", html: (m) => badge(m.status), value: (m) => m.status, sort: (m) => STATUS_ORDER[m.status] },
   ...VARIANTS.map((v) => ({ name: v, html: (m) => badge((m.variants || {})[v]), value: (m) => (m.variants || {})[v] ?? null })),
   { name: "max abs fp32", html: (m) => num(m.max_abs), value: (m) => m.max_abs, num: true },
   { name: "speedup", html: (m) => (m.speedup ? num(m.speedup) + "×" : "–"), value: (m) => m.speedup, num: true },
-  { name: "ORT p50 ms", html: (m) => num(m.ort_p50_ms), value: (m) => m.ort_p50_ms, num: true },
-  { name: "failure", html: (m) => esc(m.failure_kind), value: (m) => m.failure_kind },
-  { name: "message", html: (m) => `<span class="msg">${esc((m.message || "").slice(0, 120))}</span>`, value: (m) => m.message },
+  { name: "ORT p50 ms", html: (m) => num(m.ort_p50_ms), value: (m) => m.ort_p50_ms, num: true, cls: "c-minor" },
+  { name: "failure", html: (m) => esc(m.failure_kind), value: (m) => m.failure_kind, cls: "c-kind" },
+  // Two lines at most, so a failure row stays a row; the whole message is in its title and the drill-down.
+  { name: "message", html: (m) => `<span class="msg clamp" title="${esc(m.message)}">${esc(m.message)}</span>`, value: (m) => m.message, cls: "c-message" },
 ];
+function colClass(c) { return [c.num ? "num" : "", c.cls || ""].filter(Boolean).join(" "); }
 const SORT = { col: null, dir: 1 };
 let shownModels = [];
 
@@ -195,7 +206,7 @@ function fillSelect(id, values) {
 }
 
 function renderModels() {
-  $("#models thead").innerHTML = "<tr>" + MODEL_COLS.map((c, i) => `<th class="sortable${c.num ? " num" : ""}" data-col="${i}" title="sort">${esc(c.name)}</th>`).join("") + "</tr>";
+  $("#models thead").innerHTML = "<tr>" + MODEL_COLS.map((c, i) => `<th class="sortable ${colClass(c)}" data-col="${i}" title="sort">${esc(c.name)}</th>`).join("") + "</tr>";
   $("#models thead").addEventListener("click", (e) => {
     const th = e.target.closest("th");
     if (!th) return;
@@ -248,7 +259,7 @@ function filterModels() {
     if (i === SORT.col) th.setAttribute("aria-sort", SORT.dir > 0 ? "ascending" : "descending");
     else th.removeAttribute("aria-sort");
   });
-  $("#models tbody").innerHTML = rows.map((m) => `<tr data-id="${m.id}">` + MODEL_COLS.map((c) => `<td${c.num ? ' class="num"' : ""}>${c.html(m)}</td>`).join("") + "</tr>").join("");
+  $("#models tbody").innerHTML = rows.map((m) => `<tr data-id="${m.id}">` + MODEL_COLS.map((c) => `<td${colClass(c) ? ` class="${colClass(c)}"` : ""}>${c.html(m)}</td>`).join("") + "</tr>").join("");
   $("#match-count").textContent = `${rows.length} shown`;
 }
 
@@ -281,13 +292,23 @@ function modelHash(m) {
 function showModel(m) {
   if (!m) return;
   const hash = modelHash(m);
-  if (location.hash === hash) route();
+  if (location.hash === hash) route(true);
   else location.hash = hash;
 }
 
-function route() {
+// The drill-down follows the address: back to an address without a model closes it. Both hashchange and
+// popstate fire on a back over a #fragment; the one routed already is not drawn twice.
+let routedHash = null;
+function route(force = false) {
+  if (!force && location.hash === routedHash) return;
+  routedHash = location.hash;
   const p = new URLSearchParams(location.hash.slice(1));
-  if (!p.has("model")) return;
+  if (!p.has("model")) {
+    $("#drill").hidden = true;
+    $("#drill").innerHTML = "";
+    document.querySelectorAll("#models tr.sel").forEach((tr) => tr.classList.remove("sel"));
+    return;
+  }
   const m = DATA.models.find((x) => x.source === p.get("model") && (!p.has("exporter") || x.exporter === p.get("exporter")) &&
     String(x.opset_requested ?? "") === (p.get("opset") ?? "") && (x.revision ?? "") === (p.get("revision") ?? ""));
   const drill = $("#drill");
@@ -323,7 +344,7 @@ function openDetail(id) {
   const tr = document.querySelector(`#models tr[data-id="${id}"]`);
   if (tr) tr.classList.add("sel");
   const drill = $("#drill");
-  drill.innerHTML = `<h2>${esc(m.source)} <small>${esc(m.exporter)} · opset ${esc(m.opset ?? "default")} · run ${esc(m.run)}</small></h2><p class="empty-note">loading…</p>`;
+  drill.innerHTML = `<h2>${esc(m.source)} <small>${esc(m.exporter)} · opset ${esc(m.opset ?? "–")} · run ${esc(m.run)}</small></h2><p class="empty-note">loading…</p>`;
   loadDetail(id, (d) => renderDetail(m, d));
 }
 
@@ -352,7 +373,7 @@ function renderDetail(m, d) {
   const st = d.stages || {};
   const tol = tolerances(st.tolerances);
   const versions = Object.entries(st.versions || {}).map(([k, v]) => `${k} ${v}`).join(" · ");
-  let html = `<h2>${esc(m.source)} <small>${esc(m.model_type)} · ${esc(m.task)} · ${esc(m.exporter)} · opset ${esc(m.opset ?? "default")} · run ${esc(m.run)} · attempts ${esc(m.attempts)} · node ${esc(m.node)}</small></h2>`;
+  let html = `<h2>${esc(m.source)} <small>${esc(m.model_type ?? "unknown type")} · ${esc(m.task)} · ${esc(m.exporter)} · opset ${esc(m.opset ?? "–")} · run ${esc(m.run)} · attempts ${esc(m.attempts)} · node ${esc(m.node)}</small></h2>`;
   html += `<p class="msg">revision ${esc(st.resolved_revision)} · ${esc(versions)}<br>stages: fetch ${num(st.fetch_s)} s · export ${num(st.export_s)} s · check ${num(st.check_s)} s · optimize ${num(st.optimize_s)} s · peak ${num(m.peak_mem_mb)} MB</p>`;
   const pub = d.publication;
   html += '<dl class="facts">'
@@ -403,5 +424,6 @@ renderMatrix();
 renderCharts();
 renderFailures();
 renderModels();
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => route());
+window.addEventListener("popstate", () => route());
 route();
