@@ -9,7 +9,6 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
