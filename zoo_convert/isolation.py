@@ -78,7 +78,6 @@ from . import __version__
 from .errors import FailureKind, UnsafeForkServerError, ZooConvertError, first_line
 from .forked import die_with_parent
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
-from .sources import is_local, read_json
 from .versions import toolchain_versions
 
 
@@ -96,8 +95,6 @@ POLL_S = 0.05
 # How long the server waits for a caller once the last one has left.
 LINGER_S = 10.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-# A config.json is kilobytes; the failure path reads no more than this of one.
-_CONFIG_LIMIT = 16 * 1024**2
 _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
                   signal.SIGILL: "illegal instruction", signal.SIGFPE: "floating point exception"}  # fmt: skip
 
@@ -578,6 +575,17 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def _model_type(entry: ManifestEntry) -> str | None:
+    """The model type config.json names, so a job that died still lands in the right matrix row.
+
+    Looked at before it is read: this runs for a row that was never valid and for a job that was
+    killed, and a config.json that is a FIFO or /dev/zero must not hang the driver.
+    """
+    from .stages.fetch import config_model_type  # no torch: fetch imports its libraries lazily
+
+    return config_model_type(entry, Settings())
+
+
 def failure_result(
     entry: ManifestEntry, kind: FailureKind, message: str, *, started_at: str | None = None, stage: str | None = None
 ) -> ConversionResult:
@@ -589,7 +597,7 @@ def failure_result(
         revision=entry.revision,
         exporter=entry.exporter,
         opset_requested=entry.opset,
-        model_type=_model_type(entry.source),
+        model_type=_model_type(entry),
         failure_kind=kind.value,
         stage=stage or kind.stage,
         message=message,
@@ -600,22 +608,6 @@ def failure_result(
         row=entry.row,
         tags=entry.tags,
     )
-
-
-def _model_type(source: str) -> str | None:
-    """A local checkpoint's model_type, so a job that died still lands in the right matrix row.
-
-    Looked at before it is read (:func:`read_json`): this runs for a row that was never valid and
-    for a job that was killed, and a config.json that is a FIFO or /dev/zero must not hang the driver.
-    """
-    if not is_local(source):
-        return None
-    try:
-        config = read_json(Path(source).expanduser() / "config.json", limit=_CONFIG_LIMIT)
-    except ZooConvertError:
-        return None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    return model_type if isinstance(model_type, str) else None
 
 
 def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, done_fd: int) -> None:
