@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from . import __version__
-from .errors import FailureKind, UnsafeForkServerError, ZooConvertError, first_line
+from .errors import FailureKind, UnsafeForkServerError, first_line
 from .forked import die_with_parent
 from .records import FAILED, ConversionResult, ManifestEntry, Settings
 from .versions import toolchain_versions
