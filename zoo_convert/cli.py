@@ -366,7 +366,10 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--run", default="latest", show_default=True, help="run to publish: its name (run --name), its id, or 'latest'")
 @click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
 @click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
-              help="repo id pattern; fields: namespace, name, model_type, exporter, opset")
+              help="repo id pattern; fields: namespace, name, owner, model_type, exporter, opset, revision")
+@click.option("--only", help="comma-separated: publish only the models with this source, name or manifest tag")
+@click.option("--where", help="SQL condition on the run's `results` rows (one per variant): publish the models"
+              " with a matching row, e.g. \"model_type = 'bert'\"")
 @click.option("--endpoint", envvar="HF_ENDPOINT", help="Hub URL (default: $HF_ENDPOINT, else huggingface.co)")
 @click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
 @click.option("--private", is_flag=True, help="create new repos private")
@@ -374,48 +377,62 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--token", help="Hub write token (default: $HF_TOKEN, else the huggingface-cli login)")
 @click.option("--hub-commits-per-hour", type=click.IntRange(1), default=128, show_default=True,
               help="commits the token may make per hour; the rest is deferred to the next publish")
+@click.option("--max-time", "max_time_s", type=click.FloatRange(0, min_open=True), default=3600.0, show_default=True,
+              callback=lambda ctx, param, value: _not_nan(param, value),
+              help="seconds the whole publish may take: past it no model is started (the rest is deferred to the"
+                   " next publish) and no Hub retry is waited for")
 @_HUB_REQUESTS
 def publish(
     db_path: str,
     run: str,
     namespace: str,
     repo_template: str,
+    only: str | None,
+    where: str | None,
     endpoint: str | None,
     dry_run: bool,
     private: bool,
     include_failed: bool,
     token: str | None,
     hub_commits_per_hour: int,
+    max_time_s: float,
     hub_requests_per_5min: int,
 ) -> None:
     """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
 
-    Models an earlier publish deferred (its commit budget was spent) go first, oldest first.
-    The token is checked once before anything is sent.
+    Models an earlier publish deferred (its commit or time budget was spent) go first, oldest first.
+    The token is checked once before anything is sent; a Hub that cannot be reached stops the
+    publish at once. Exits 1 when a model failed to publish or two models target one repo.
 
     Example:
 
     \b
         zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
+        zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run --only bert,gpt2
+        zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run --where "model_type = 'vit'"
     """
     from huggingface_hub import get_token
 
     from .errors import UsageError
-    from .publish import PublicationStatus, PublishOptions, publish_run
-    from .store import ResultStore
+    from .publish import PublicationStatus, PublishOptions, publish_run, select
+    from .store import ResultStore, queries
 
     token = token or get_token()
     if token is None and not dry_run:
         raise UsageError("no Hub token: pass --token, set HF_TOKEN or run `huggingface-cli login`")
     options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint, private=private,
-                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour)
+                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour,
+                             max_time_s=max_time_s, only=tuple(o.strip() for o in (only or "").split(",") if o.strip()),
+                             where=where)
+    store = ResultStore(db_path, read_only=dry_run)
+    click.echo(f"{'would publish' if dry_run else 'publishing'} {select(store, queries.find_run(store, run), options).describe()}")
     with _hub_budget(hub_requests_per_5min):
-        pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+        pubs = publish_run(store, options, run=run, token=token)
     for p in pubs:
         click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
                    f"{p.message or p.commit_url or ''}")
     click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
-    sys.exit(1 if any(p.status == PublicationStatus.FAILED for p in pubs) else 0)
+    sys.exit(1 if any(p.status in (PublicationStatus.FAILED, PublicationStatus.CONFLICT) for p in pubs) else 0)
 
 
 @cli.command()

@@ -17,6 +17,7 @@ same words::
      ├── VerifyError                verify_error, verify_numerics
      ├── BenchmarkError             benchmark_error
      ├── PublishError               publish_error
+     │    └── HubUnreachableError   the Hub's endpoint refuses connections or its host has no address (stops a publish)
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
      │    └── RunLockedError        another run holds the DB's run lock
      └── UnsafeForkServerError      the fork server's folder or socket is not this user's (stops the run)
@@ -241,6 +242,20 @@ class BenchmarkError(ZooConvertError):
 
 class PublishError(ZooConvertError):
     kind = FailureKind.PUBLISH_ERROR
+
+
+class HubUnreachableError(PublishError):
+    """The Hub cannot be reached at all (connection refused, no DNS answer, no route): nothing else is tried.
+
+    Attributes:
+        endpoint: the Hub URL that was tried.
+        reason: what the network said, in a few words.
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint  # optional: unpickling calls the class with the message alone
+        self.reason = reason
 
 
 class StoreError(ZooConvertError):

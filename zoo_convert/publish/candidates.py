@@ -44,6 +44,8 @@ class Candidate:
         run_id / job_key: where it was recorded.
         source / revision / resolved_revision: the checkpoint it came from.
         task / model_type / exporter / opset: how it was converted.
+        library: the checkpoint's library as the pipeline read it (transformers, timm, ...).
+        tags: the manifest row's tags.
         job_status: passed or failed, as the pipeline decided.
         artifacts_dir: folder holding onnx/ and the side files.
         versions: toolchain versions it was converted and verified with.
@@ -67,6 +69,8 @@ class Candidate:
     finished_at: str | None = None
     variants: tuple[VariantRow, ...] = ()
     tolerances: dict[str, float] = field(default_factory=dict)
+    library: str | None = None
+    tags: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -117,6 +121,8 @@ def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Cand
             if r["variant"] is not None
         ),
         tolerances=tolerances,
+        library=job.get("library"),
+        tags=tuple(job.get("tags") or ()),
     )
 
 
