@@ -245,3 +245,18 @@ def test_every_library_error_has_its_exit_code(error: str, code: int) -> None:
     from zoo_convert.cli import exit_code
 
     assert exit_code(getattr(errors, error)("x")) == code
+
+
+def test_convert_optimize_levels_as_optimum_cli_spells_them(zoo_dir: Path, tmp_path: Path) -> None:
+    o4 = subprocess.run([EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--optimize", "O4"],
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert o4.returncode == 2 and "O4 is optimum's O3 in fp16: here that is the fp16 variant" in o4.stderr, o4.stderr
+    for command in ("convert", "run"):
+        shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
+        assert "--optimize O1|O2|O3" in shown and "[default: O2]" in shown and "O4" in shown
+    proc = subprocess.run([EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32",
+                           "--optimize", "o1", "--no-benchmark", "--no-long-shape", "--json"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    optimizer = json.loads(proc.stdout)["variants"][0]["optimizer"]
+    assert optimizer["level"] == "O1" and optimizer["methods"] == ["ort_basic"] and optimizer["fused_ops"] == {}

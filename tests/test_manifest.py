@@ -115,3 +115,13 @@ def test_static_tables_match_the_toolchain() -> None:
     assert TASKS == set(TasksManager.get_all_tasks()) | set(TasksManager._SYNONYM_TASK_MAP)
     assert (MIN_OPSET, MAX_OPSET) == (_constants.ONNX_MIN_OPSET, _constants.ONNX_MAX_OPSET)
     assert MAX_OPSET <= onnx.defs.onnx_opset_version()
+
+
+def test_a_row_asks_for_its_optimization_level(tmp_path: Path) -> None:
+    rows = [{"source": "org/a", "optimize": "O3"}, {"source": "org/b"}, {"source": "org/c", "optimize": "O4"},
+            {"source": "org/d", "optimize": "o2x"}]
+    m = read_manifest(write_manifest(rows, tmp_path / "m.parquet"))
+    assert [(e.source, e.optimize) for e in m.entries] == [("org/a", "O3"), ("org/b", None)]
+    reasons = {p.row: p.reason for p in m.problems}
+    assert "unknown optimize level 'O4'" in reasons[3] and "O4, O3 in fp16, is the fp16 variant" in reasons[3]
+    assert reasons[4] == "unknown optimize level 'o2x' (choose from O1, O2, O3)"

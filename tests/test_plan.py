@@ -72,3 +72,24 @@ def test_one_unreadable_checkpoint_does_not_stop_the_plan(tmp_path: Path, poison
     revisions = {Path(j.entry.source).name: j.resolved_revision for j in plan.jobs}
     assert revisions["good"].startswith("sha256:") and revisions["proc-mem"] == "unresolved:default", revisions
     assert len(plan.jobs) == 4  # each job's fetch records what is wrong with its checkpoint
+
+
+def test_the_optimization_level_is_in_the_key_and_o2_keeps_the_keys_made_before_levels() -> None:
+    # The key of a default job, as it was computed before optimization levels existed (O2).
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    s = Settings()
+    old = {"source": ENTRY.source, "resolved_revision": "abc123", "task": None, "opset": None, "exporter": "optimum",
+           "variants": sorted(ENTRY.variants), "gpu": False, "allow_remote_code": False, "allow_pickle": False,
+           "tolerances": {k: asdict(v) for k, v in sorted(s.tolerances.items())}, "verify_shapes": s.verify_shapes,
+           "verify_long": True, "providers": s.providers, "external_data_threshold": s.external_data_threshold,
+           "optimize": True, "benchmark": True, "versions": VERSIONS}
+    assert _key(Settings(optimization="O2")) == hashlib.sha256(
+        json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    keys = {_key(Settings(optimization=level)) for level in ("O1", "O2", "O3")}
+    assert len(keys) == 3
+    # A manifest row's level is the job's: the same key as the run-wide setting.
+    row = replace(ENTRY, optimize="O3")
+    assert job_key(row, "abc123", Settings(), VERSIONS) == _key(Settings(optimization="O3"))

@@ -29,7 +29,17 @@ import click
 
 from .errors import ManifestError, RunLockedError, UsageError, ZooConvertError
 from .hub_budget import Governor, HubLimits
-from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
+from .records import (
+    DEFAULT_OPTIMIZATION,
+    DEFAULT_VARIANTS,
+    EXPORTERS,
+    MAX_OPSET,
+    MIN_OPSET,
+    OPTIMIZATION_LEVELS,
+    VARIANTS,
+    ManifestEntry,
+    Settings,
+)
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -93,6 +103,24 @@ _NO_OPTIMIZE = click.option(
     "--no-optimize", is_flag=True,
     help="keep the plain export as the fp32 artifact (no graph fusion), like optimum-cli without --optimize",
 )
+
+
+def _level(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    level = value.upper()
+    if level == "O4":
+        raise click.BadParameter("O4 is optimum's O3 in fp16: here that is the fp16 variant, made from the fp32"
+                                 " graph (--variants fp16, a default); pass --optimize O3 for the fp32 graph", param=param)
+    if level not in OPTIMIZATION_LEVELS:
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(OPTIMIZATION_LEVELS)}", param=param)
+    return level
+
+
+_OPTIMIZE = click.option(
+    "--optimize", "optimization", default=DEFAULT_OPTIMIZATION, show_default=True, callback=_level, metavar="O1|O2|O3",
+    help="optimization level of the fp32 graph, as optimum-cli's: O1 basic ONNX Runtime optimizations, O2 also the"
+         " transformers fusions, O3 also the GELU approximation (kept only where it still matches PyTorch);"
+         " optimum's O4 (O3 in fp16) is the fp16 variant. A manifest's optimize column overrides it per row",
+)
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
 _NO_LONG_SHAPE = click.option(
     "--no-long-shape", is_flag=True,
@@ -127,6 +155,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
               help="let transformers run code shipped with the checkpoint.")
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
+@_OPTIMIZE
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
@@ -146,6 +175,7 @@ def convert(
     out_dir: str,
     allow_remote_code: bool,
     allow_pickle: bool,
+    optimization: str,
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
@@ -180,6 +210,7 @@ def convert(
     settings = Settings(
         out_dir=out_dir,
         optimize=not no_optimize,
+        optimization=optimization,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
@@ -451,6 +482,7 @@ def publish(
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
+@_OPTIMIZE
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
@@ -472,6 +504,7 @@ def run(
     offline: bool,
     hf_endpoint: str | None,
     hf_cache: str | None,
+    optimization: str,
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
@@ -502,6 +535,7 @@ def run(
         hf_endpoint=hf_endpoint,
         hf_cache=hf_cache,
         optimize=not no_optimize,
+        optimization=optimization,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
     )

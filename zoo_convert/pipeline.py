@@ -45,6 +45,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
     from .stages import benchmark, check, export, fetch, optimize, verify
 
+    if entry.optimize is not None:  # the row's level, for this job only
+        settings = replace(settings, optimization=entry.optimize)
     if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
         settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))

@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import ManifestError, ZooConvertError
 from .manifest import Manifest, row_key
-from .records import HubSnapshot, ManifestEntry, Settings
+from .records import DEFAULT_OPTIMIZATION, HubSnapshot, ManifestEntry, Settings
 from .sources import is_local
 from .stages.fetch import hub_snapshot, list_snapshots, resolve_revision
 from .versions import toolchain_versions
@@ -191,6 +191,8 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         # Always present: a --no-benchmark result has no latencies, so a default run must not reuse it.
         "optimize": settings.optimize,
         "benchmark": settings.benchmark,
+        # Only when not the default O2, which every key made before levels existed was made at.
+        **({"optimization": level} if (level := entry.optimize or settings.optimization) != DEFAULT_OPTIMIZATION else {}),
         "versions": versions,
     }
     text = json.dumps(blob, sort_keys=True, default=str)

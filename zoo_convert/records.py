@@ -33,6 +33,11 @@ JS_SUFFIXES = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8",
 # weights. The onnxruntime-node and -web that transformers.js 4 ships run it, so our int8 is
 # both: written once as ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
 JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint8": ("uint8",), "q4": ("q4",)}
+# optimum-cli's --optimize levels the optimize stage makes the fp32 graph at (stages/optimize.py says how
+# each maps to ONNX Runtime's optimizers, as optimum's AutoOptimizationConfig does). optimum's O4 is O3
+# in fp16: here that is the fp16 variant, made from the fp32 graph of whichever level was asked.
+OPTIMIZATION_LEVELS = ("O1", "O2", "O3")
+DEFAULT_OPTIMIZATION = "O2"
 # 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
 Q4_MIN_COSINE = 0.95
 
@@ -92,6 +97,8 @@ class ManifestEntry:
         tags: free-form labels carried into the DB.
         row: 1-based manifest row this entry came from (None outside a manifest).
         snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
+        optimize: the optimization level of this job's fp32 graph (one of OPTIMIZATION_LEVELS);
+            None uses ``Settings.optimization``.
     """
 
     source: str
@@ -109,6 +116,7 @@ class ManifestEntry:
     tags: tuple[str, ...] = ()
     row: int | None = None
     snapshot: HubSnapshot | None = None
+    optimize: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,8 @@ class Settings:
         external_data_threshold: models above this many bytes store weights as external data.
         optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
             (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
+        optimization: the level the fp32 graph is optimized at when ``optimize`` is on (O1, O2, O3:
+            ``--optimize``); a manifest row's ``optimize`` overrides it for its job.
         benchmark: measure latency; False skips the benchmark stage (``--no-benchmark``).
     """
 
@@ -176,6 +186,7 @@ class Settings:
     external_data_threshold: int = 2 * 1024**3
     optimize: bool = True
     benchmark: bool = True
+    optimization: str = DEFAULT_OPTIMIZATION
 
 
 @dataclass(frozen=True)
