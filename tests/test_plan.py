@@ -93,3 +93,12 @@ def test_the_optimization_level_is_in_the_key_and_o2_keeps_the_keys_made_before_
     # A manifest row's level is the job's: the same key as the run-wide setting.
     row = replace(ENTRY, optimize="O3")
     assert job_key(row, "abc123", Settings(), VERSIONS) == _key(Settings(optimization="O3"))
+
+
+def test_fixed_shapes_and_atol_change_the_key_and_none_keeps_it() -> None:
+    default = _key(Settings())
+    assert _key(Settings(shapes={})) == default
+    assert _key(Settings(shapes={"batch_size": 2})) != default
+    assert _key(Settings(shapes={"batch_size": 2})) != _key(Settings(shapes={"sequence_length": 2}))
+    tolerances = {**Settings().tolerances, "fp32": replace(Settings().tolerances["fp32"], max_abs=1e-3)}
+    assert _key(Settings(tolerances=tolerances)) != default

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ from .records import (
     MAX_OPSET,
     MIN_OPSET,
     OPTIMIZATION_LEVELS,
+    SHAPE_OPTIONS,
     VARIANTS,
     ManifestEntry,
     Settings,
@@ -122,6 +124,46 @@ _OPTIMIZE = click.option(
          " optimum's O4 (O3 in fp16) is the fp16 variant. A manifest's optimize column overrides it per row",
 )
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
+
+_SHAPE_HELP = {
+    "batch_size": "batch of the short verify shapes and of the benchmark [default: 1 and 3; 1]",
+    "sequence_length": "tokens of the short verify shapes and of the benchmark [default: 7 and 19; 128]",
+    "num_choices": "choices of a multiple-choice model's inputs",
+    "height": "image height fed at every shape where config.json does not fix image_size, as in optimum"
+              " [default: the processor's]",
+    "width": "image width, likewise [default: the processor's]",
+    "num_channels": "image channels [default: the config's]",
+    "audio_sequence_length": "samples of audio of the short verify shapes and of the benchmark"
+                             " [default: 1000 per token of the short shapes; 16000]",
+    "feature_size": "mel bins of a filterbank model's input [default: the processor's]",
+    "nb_max_frames": "mel frames of a whisper-style input [default: the processor's]",
+}
+
+
+def _shape_options(f: F) -> F:
+    """optimum-cli's shape options (``--batch-size``, ``--sequence-length``, ...), handed to ``f`` as ``shapes``, and ``--atol``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {name: kwargs.pop(name) for name in SHAPE_OPTIONS}
+        return f(*args, shapes={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    for name in reversed(SHAPE_OPTIONS):
+        wrapper = click.option(f"--{name.replace('_', '-')}", name, type=click.IntRange(1), help=_SHAPE_HELP[name])(wrapper)
+    return click.option(
+        "--atol", type=click.FloatRange(0, min_open=True), help="largest |ONNX - PyTorch| the fp32 graph may differ by"
+        " [default: 1e-4]; recorded with the result",
+    )(wrapper)  # type: ignore[return-value]
+
+
+def _with_atol(settings: Settings, atol: float | None) -> Settings:
+    """``settings`` with the fp32 tolerance's max_abs replaced by ``atol``, when one was given."""
+    if atol is None:
+        return settings
+    from dataclasses import replace
+
+    fp32 = replace(settings.tolerances["fp32"], max_abs=atol)
+    return replace(settings, tolerances={**settings.tolerances, "fp32": fp32})
 _NO_LONG_SHAPE = click.option(
     "--no-long-shape", is_flag=True,
     help="verify at the two short shapes only, not also at the length the model is used at (README: verify)",
@@ -159,6 +201,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
+@_shape_options
 @click.option("--threads", type=click.IntRange(1),
               help="intra-op threads of PyTorch and ONNX Runtime in verify and the latency measurement"
                    " [default: the CPUs this process may use; a farm job uses 1]")
@@ -179,6 +222,8 @@ def convert(
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
+    shapes: dict[str, int],
+    atol: float | None,
     threads: int | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -215,7 +260,9 @@ def convert(
         verify_long=not no_long_shape,
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
         threads=threads or _usable_cpus(),
+        shapes=shapes,
     )
+    settings = _with_atol(settings, atol)
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
         result = convert_one(entry, settings)
     if result.artifacts_dir:
@@ -486,6 +533,7 @@ def publish(
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
+@_shape_options
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
@@ -508,6 +556,8 @@ def run(
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
+    shapes: dict[str, int],
+    atol: float | None,
     name: str | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -538,7 +588,9 @@ def run(
         optimization=optimization,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
+        shapes=shapes,
     )
+    settings = _with_atol(settings, atol)
     options = FarmOptions(
         address=address,
         num_cpus=num_cpus,

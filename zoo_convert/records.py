@@ -38,6 +38,10 @@ JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint
 # in fp16: here that is the fp16 variant, made from the fp32 graph of whichever level was asked.
 OPTIMIZATION_LEVELS = ("O1", "O2", "O3")
 DEFAULT_OPTIMIZATION = "O2"
+# The input shapes a user may fix for verify and benchmark, spelt as optimum-cli's export options
+# (--batch_size, --sequence_length, ...): Settings.shapes. Audio lengths are samples of audio.
+SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "width", "num_channels",
+                 "audio_sequence_length", "feature_size", "nb_max_frames")  # fmt: skip
 # 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
 Q4_MIN_COSINE = 0.95
 
@@ -156,6 +160,9 @@ class Settings:
         external_data_threshold: models above this many bytes store weights as external data.
         optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
             (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
+        shapes: input shapes fixed by the user (:data:`SHAPE_OPTIONS`): batch_size and sequence_length
+            replace those of the short verify shapes and the benchmark's; the others (image size,
+            channels, audio samples, mel bins and frames, choices) are fed at every shape.
         optimization: the level the fp32 graph is optimized at when ``optimize`` is on (O1, O2, O3:
             ``--optimize``); a manifest row's ``optimize`` overrides it for its job.
         benchmark: measure latency; False skips the benchmark stage (``--no-benchmark``).
@@ -187,6 +194,7 @@ class Settings:
     optimize: bool = True
     benchmark: bool = True
     optimization: str = DEFAULT_OPTIMIZATION
+    shapes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

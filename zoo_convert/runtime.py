@@ -212,6 +212,9 @@ def cases(
     if config is None:
         raise VerifyError(f"component {comp.name} carries no OnnxConfig to generate inputs from")
     kwargs = shape_kwargs(exported.checkpoint.path, config, batch, seq, audio_samples)
+    # What the user fixed beyond batch, length and audio samples (image size, channels, ...) wins at every shape.
+    kwargs.update({k: v for k, v in settings.shapes.items()
+                   if k not in ("batch_size", "sequence_length", "audio_sequence_length")})  # fmt: skip
     memo = exported.cache.cases
     # Keyed by what is fed: a whisper encoder sees the same 30 s at every requested length.
     key: CaseKey = (comp.name, *sorted(kwargs.items()))

@@ -69,7 +69,9 @@ class Shape:
 
 def verify_shapes(config: OnnxConfig, folder: Path, settings: Settings) -> list[Shape]:
     """The short shapes, then the long one unless switched off or the component has no length (images)."""
-    found = [Shape(b, s, s * AUDIO_SAMPLES_PER_STEP) for b, s in settings.verify_shapes]
+    fixed = settings.shapes
+    pairs = dict.fromkeys((fixed.get("batch_size", b), fixed.get("sequence_length", s)) for b, s in settings.verify_shapes)
+    found = [Shape(b, s, fixed.get("audio_sequence_length", s * AUDIO_SAMPLES_PER_STEP)) for b, s in pairs]
     if settings.verify_long and has_length(config):
         found.append(Shape(LONG_BATCH, long_sequence(config._config), long_audio_samples(folder), long=True))
     return found
