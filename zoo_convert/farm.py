@@ -62,7 +62,7 @@ from .sources import is_local
 from .stages.fetch import download
 from .store.db import ResultStore
 from .store.lock import run_lock
-from .store.queries import run_label
+from .store.queries import latest_job_statuses, run_label
 from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
@@ -105,6 +105,7 @@ class FarmReport:
         name: its unique human name, if it was given one.
         total: jobs and invalid rows in the manifest.
         skipped: those already answered in the DB.
+        skipped_by_status: the skipped ones by their latest result's status (passed, failed, ...).
         recorded: results written by this run.
         ray_started: whether the run needed Ray at all.
         by_status: recorded jobs by status (passed: converted, the fp32 artifact verified;
@@ -123,6 +124,7 @@ class FarmReport:
     name: str | None = None
     total: int = 0
     skipped: int = 0
+    skipped_by_status: Counter[str] = field(default_factory=Counter)
     recorded: int = 0
     ray_started: bool = False
     by_status: Counter[str] = field(default_factory=Counter)
@@ -275,7 +277,8 @@ def _run_farm(
     done: set[str] = set() if options.force else store.terminal_keys(include_failed=not options.retry_failed)
     plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts())
     report = FarmReport(
-        run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
+        run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved),
+        skipped_by_status=Counter(latest_job_statuses(store, list(plan.skipped_keys))),
     )
     progress = progress or Progress()
     progress.start(report, len(plan.jobs) + len(plan.invalid))
@@ -284,6 +287,7 @@ def _run_farm(
     if started_ray and options.address is None:
         _prestart_fork_server()
     if started_ray:
+        progress.starting_ray(options.address or os.environ.get("RAY_ADDRESS"))
         _init_ray(options)
     report.ray_started = needs_ray
     resources = ray.cluster_resources() if needs_ray else {}
@@ -547,9 +551,18 @@ class Progress:
         self._line(f"{len(still)} hub ids still unresolved after attempt {attempt} ({names}); "
                    + ("left for the next run" if final else "trying again"))
 
+    def starting_ray(self, address: str | None) -> None:
+        """Ray is starting (a local instance: 10-20 s before the first job runs)."""
+        local = address in (None, "", "local")
+        self._line("starting Ray (a local instance takes 10-20 s) ..." if local else f"connecting to Ray at {address} ...")
+
     def result(self, report: FarmReport, result: ConversionResult) -> None:
-        """One job landed in the DB."""
+        """One job landed in the DB: on a terminal, a failed job gets its own line above the live one."""
         if self.live:
+            if not result.passed and result.status != INCONCLUSIVE:
+                model, kind, stage, message = FailureLine(result.source, None, result.failure_kind or "unknown",
+                                                          result.stage or "job", result.message).cells()
+                self._line(f"failed  {model}  {kind}  {stage}  {message}"[:300])
             self._bar(report)
             return
         opset = result.opset_requested if result.opset_requested is not None else "default"
@@ -583,8 +596,14 @@ class Progress:
         self._line(f"run {report.label}: {report.recorded} recorded in {report.seconds:.1f} s"
                    f" ({report.skipped} skipped, {report.retries} retries"
                    + (f", {report.unresolved} hub ids unresolved" if report.unresolved else "") + ")")  # fmt: skip
-        self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
-                   " (a variant failed)")
+        if report.skipped:  # the whole manifest: this run's jobs and those answered before
+            before = report.skipped_by_status.get(PASSED, 0)
+            self._line(f"  converted  {converted + before} of {report.recorded + report.skipped} models (fp32 verified):"
+                       f" {converted} of {report.recorded} this run, {before} of {report.skipped} done before;"
+                       f" {report.partial} partial (a variant failed)")
+        else:
+            self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
+                       " (a variant failed)")
         self._line(f"  variants   {report.variants_verified} of {report.variants} verified")
         if report.by_status.get(INCONCLUSIVE):
             self._line(f"inconclusive ({report.by_status[INCONCLUSIVE]}, neither converted nor failed):")

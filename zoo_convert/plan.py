@@ -87,6 +87,7 @@ class Plan:
         skipped: jobs and invalid rows whose key already has a terminal result.
         total: all jobs and invalid rows of the manifest.
         unresolved: entries whose hub id could not be resolved for now (transient errors); no key yet.
+        skipped_keys: the keys of the skipped jobs and rows.
     """
 
     jobs: tuple[Job, ...]
@@ -94,6 +95,7 @@ class Plan:
     skipped: int
     total: int
     unresolved: tuple[ManifestEntry, ...] = ()
+    skipped_keys: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -141,7 +143,8 @@ def make_plan(
     todo = sorted((j for j in jobs if not answered(j)), key=order)
     bad = [r for r in invalid if r.key not in done]
     total = len(jobs) + len(invalid) + len(unresolved)
-    return Plan(tuple(todo), tuple(bad), total - len(todo) - len(bad) - len(unresolved), total, tuple(unresolved))
+    skipped = tuple([j.key for j in jobs if answered(j)] + [r.key for r in invalid if r.key in done])
+    return Plan(tuple(todo), tuple(bad), total - len(todo) - len(bad) - len(unresolved), total, tuple(unresolved), skipped)
 
 
 def keyed_jobs(
