@@ -234,8 +234,8 @@ def convert(
     Example:
 
     \b
-        zoo-convert convert build/zoo/bert --out build/onnx --variants fp32,int8
-        zoo-convert convert build/zoo/bert --out build/onnx --no-optimize --no-benchmark
+        zoo-convert convert build/demo/zoo/bert --out build/onnx --variants fp32,int8
+        zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
     from .pipeline import convert_one, quiet_libraries
     from .report import summary
@@ -306,7 +306,7 @@ def zoo_build(out_dir: str, only: str | None) -> None:
     Example:
 
     \b
-        zoo-convert zoo build build/demo/zoo --only bert,gpt2,vit
+        zoo-convert zoo build build/zoo --only bert,gpt2,vit
     """
     from . import zoo as zoo_lib
 
@@ -359,8 +359,8 @@ def db_regressions(db_path: str, since: str | None) -> None:
     Example:
 
     \b
-        zoo-convert db regressions --db results.duckdb --since nightly-2026-01-01
-        zoo-convert db regressions --db results.duckdb --since 2026-01-01
+        zoo-convert db regressions --db build/demo/results.duckdb
+        zoo-convert db regressions --db build/demo/results.duckdb --since 2026-01-01
     """
     from .store import ResultStore
     from .store.queries import format_table, regressions
@@ -384,8 +384,8 @@ def db_query(db_path: str, fmt: str, sql: str) -> None:
     Example:
 
     \b
-        zoo-convert db query "SELECT * FROM compat_matrix WHERE pass_rate < 1"
-        zoo-convert db query --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
+        zoo-convert db query --db build/demo/results.duckdb "SELECT * FROM compat_matrix WHERE pass_rate < 1"
+        zoo-convert db query --db build/demo/results.duckdb --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
     """
     from .store import ResultStore
     from .store.queries import FORMATS, query
@@ -404,7 +404,7 @@ def db_export(db_path: str, out_dir: str) -> None:
     Example:
 
     \b
-        zoo-convert db export --db results.duckdb build/parquet
+        zoo-convert db export --db build/demo/results.duckdb build/parquet
     """
     from .store import ResultStore
     from .store.queries import export_parquet
@@ -424,7 +424,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
     Example:
 
     \b
-        zoo-convert dashboard --db results.duckdb --out dashboards/site --serve
+        zoo-convert dashboard --db build/demo/results.duckdb --out build/demo/site --serve
     """
     from .dashboard import build_site, serve
 
@@ -573,7 +573,7 @@ def run(
 
     \b
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
-        zoo-convert run manifests/nightly.parquet --db results.duckdb --out /data/artifacts --name nightly-2026-01-01
+        zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts --retry-failed
     """
     from .farm import FarmOptions, run_farm
 
@@ -639,7 +639,7 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
     Example:
 
     \b
-        zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
+        zoo-convert manifest from-csv manifests/hub_model_ids_sample.csv build/hub_sample.parquet
     """
     from .manifest import manifest_from_csv as build
 
