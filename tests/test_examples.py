@@ -66,7 +66,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     here = tmp_path_factory.mktemp("checkout")
     (here / "manifests").symlink_to(ROOT / "manifests")
     (here / ".venv").symlink_to(BIN.parent)
-    models = sorted({"bert", "gpt2", "vit", *(m for e in EXAMPLES for m in re.findall(r"build/demo/zoo/(\w+)", e))})
+    models = sorted({"bert", "gpt2", "vit", *(m for e in EXAMPLES for m in re.findall(r"build/demo/zoo/([\w-]+)(?:\s|$)", e))})
     with HubServer() as hub:
         env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_ENDPOINT": hub.url,
                "HF_HOME": str(here / "hf_home"), "RAY_ADDRESS": "local"}

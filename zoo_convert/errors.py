@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .records import OutputCheck, Tolerance
+    from .checks import OutputCheck, Tolerance
 
 _PACKAGE = Path(__file__).resolve().parent
 # A message longer than this is cut: the record keeps the traceback in full.

@@ -189,26 +189,7 @@ def _benchmarked(
 
 def _with_latency(v: VariantResult, lat: Latency) -> VariantResult:
     """The record's latency columns: figures, conditions, and why a side is missing."""
-    ort, torch = lat.ort, lat.torch
-    return replace(
-        v,
-        ort_p50_ms=ort.p50_ms if ort else None,
-        ort_p90_ms=ort.p90_ms if ort else None,
-        ort_runs=ort.runs if ort else None,
-        ort_spread=ort.spread if ort else None,
-        torch_p50_ms=torch.p50_ms if torch else None,
-        torch_p90_ms=torch.p90_ms if torch else None,
-        torch_runs=torch.runs if torch else None,
-        torch_spread=torch.spread if torch else None,
-        speedup=lat.speedup,
-        bench_threads=lat.threads,
-        bench_shape=lat.shape,
-        bench_cpu=lat.cpu,
-        bench_load=lat.load,
-        bench_noisy=lat.noisy,
-        bench_note=lat.note,
-        traceback=v.traceback or lat.traceback,  # a bug of ours while timing keeps its trace
-    )
+    return replace(v, **lat.columns(), traceback=v.traceback or lat.traceback)  # type: ignore[arg-type]
 
 
 def _unmade(artifact: Artifact) -> VariantResult:

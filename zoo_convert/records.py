@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import OutputCheck as OutputCheck
+from .checks import Tolerance as Tolerance
 from .errors import FailureKind
 
 EXPORTERS = ("optimum", "torch")
@@ -60,6 +62,10 @@ def variant_of(filename: str) -> str | None:
     by_suffix = {JS_SUFFIXES[d]: v for v, dtypes in JS_DTYPES.items() for d in dtypes}
     # Longest suffix first: every name ends with fp32's empty one.
     return next((v for suffix, v in sorted(by_suffix.items(), key=lambda kv: -len(kv[0])) if stem.endswith(suffix)), None)
+
+# Marks the VariantResult fields that are the latency and its conditions (LATENCY_FIELDS): the one
+# place they are named. The benchmark's Latency, the DB writer and publishing's reader follow it.
+LATENCY = {"latency": True}
 
 PASSED = "passed"
 FAILED = "failed"
@@ -121,19 +127,6 @@ class ManifestEntry:
     row: int | None = None
     snapshot: HubSnapshot | None = None
     optimize: str | None = None
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Pass criteria for one variant: every output must meet all of them.
-
-    Attributes:
-        max_abs: largest allowed |onnx - torch| over all elements.
-        min_cosine: smallest allowed cosine similarity of the flattened outputs.
-    """
-
-    max_abs: float
-    min_cosine: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -217,30 +210,6 @@ class StageResult:
 
 
 @dataclass(frozen=True)
-class OutputCheck:
-    """ONNX Runtime vs PyTorch on one output at one input shape.
-
-    Attributes:
-        output: output name.
-        shape: the input shape label, e.g. ``"1x7"``.
-        max_abs / max_rel / mean_abs: error statistics.
-        cosine: cosine similarity of the flattened tensors.
-        nan / inf: count of non-finite values in the ONNX output.
-        passed: whether this output met the variant's tolerance.
-    """
-
-    output: str
-    shape: str
-    max_abs: float
-    max_rel: float
-    mean_abs: float
-    cosine: float
-    nan: int = 0
-    inf: int = 0
-    passed: bool = True
-
-
-@dataclass(frozen=True)
 class VariantResult:
     """One ONNX artifact (one of VARIANTS) and how it verified and ran.
 
@@ -281,23 +250,27 @@ class VariantResult:
     max_rel: float | None = None
     mean_abs: float | None = None
     min_cosine: float | None = None
-    ort_p50_ms: float | None = None
-    ort_p90_ms: float | None = None
-    torch_p50_ms: float | None = None
-    torch_p90_ms: float | None = None
-    speedup: float | None = None
-    ort_runs: int | None = None
-    ort_spread: float | None = None
-    torch_runs: int | None = None
-    torch_spread: float | None = None
-    bench_threads: int | None = None
-    bench_shape: str | None = None
-    bench_cpu: str | None = None
-    bench_load: float | None = None
-    bench_noisy: bool | None = None
-    bench_note: str | None = None
+    ort_p50_ms: float | None = field(default=None, metadata=LATENCY)
+    ort_p90_ms: float | None = field(default=None, metadata=LATENCY)
+    torch_p50_ms: float | None = field(default=None, metadata=LATENCY)
+    torch_p90_ms: float | None = field(default=None, metadata=LATENCY)
+    speedup: float | None = field(default=None, metadata=LATENCY)
+    ort_runs: int | None = field(default=None, metadata=LATENCY)
+    ort_spread: float | None = field(default=None, metadata=LATENCY)
+    torch_runs: int | None = field(default=None, metadata=LATENCY)
+    torch_spread: float | None = field(default=None, metadata=LATENCY)
+    bench_threads: int | None = field(default=None, metadata=LATENCY)
+    bench_shape: str | None = field(default=None, metadata=LATENCY)
+    bench_cpu: str | None = field(default=None, metadata=LATENCY)
+    bench_load: float | None = field(default=None, metadata=LATENCY)
+    bench_noisy: bool | None = field(default=None, metadata=LATENCY)
+    bench_note: str | None = field(default=None, metadata=LATENCY)
     optimizer: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputCheck, ...] = ()
+
+
+# The latency columns of a variant, in VariantResult's order (results columns of the same names).
+LATENCY_FIELDS = tuple(f.name for f in dataclasses.fields(VariantResult) if f.metadata.get("latency"))
 
 
 @dataclass(frozen=True)
