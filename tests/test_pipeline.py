@@ -528,3 +528,18 @@ def test_the_benchmark_inputs_cost_no_pytorch_forward(zoo_dir: Path, tmp_path: P
     assert result.passed and result.variant("fp32").torch_p50_ms, result.message
     assert [m for m in made if not m[1]] == [(128, False, 0)]  # the benchmark's 1x128: inputs only
     assert sorted(m[0] for m in made if m[1]) == [7, 19, 128] and all(m[2] for m in made if m[1])
+
+
+def test_a_model_that_fails_before_export_keeps_the_model_type_its_config_declares(tmp_path: Path) -> None:
+    """A pickle-only checkpoint is refused in fetch; its config.json still says what it is, for the DB and the dashboard."""
+    from zoo_convert.pipeline import convert_one as convert
+
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "architectures": ["BertForMaskedLM"]}')
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    result = convert(ManifestEntry(source=str(folder)), Settings(out_dir=str(tmp_path / "out")))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "fetch_unsafe", "fetch")
+    assert result.model_type == "bert"
+    (folder / "config.json").write_text("not json")  # unreadable: nothing to say, and no second failure
+    assert convert(ManifestEntry(source=str(folder)), Settings(out_dir=str(tmp_path / "out"))).model_type is None

@@ -95,7 +95,33 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
         run.fail(exc)
+        if run.facts.get("model_type") is None:  # failed before fetch read it: the config may still say
+            run.facts["model_type"] = declared_model_type(entry, settings)
     return run.result(settings)
+
+
+def declared_model_type(entry: ManifestEntry, settings: Settings) -> str | None:
+    """``model_type`` from the checkpoint's config.json where it can be read without the network: a local
+    folder's, or a hub checkpoint's in the cache; None otherwise (the dashboard then says unknown)."""
+    import json
+
+    from .sources import is_local
+
+    try:
+        if is_local(entry.source):
+            path: str | None = str(Path(entry.source, "config.json"))
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(entry.source, "config.json", cache_dir=settings.hf_cache,
+                                           revision=entry.revision)
+            path = found if isinstance(found, str) else None
+        if path is None or not Path(path).is_file():
+            return None
+        value = json.loads(Path(path).read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, not an object: nothing to say
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _references(exported: ExportedModel, settings: Settings, details: dict[str, object]) -> Exception | None:

@@ -18,6 +18,8 @@ def test_the_page_renders_every_panel_without_console_errors(browser: Chrome, si
     assert len(cells) >= 15 and "0/1" in cells and "1/1" in cells
     headline = browser.eval("document.querySelector('#headline').textContent")
     assert "models converted" in headline and "variants verified" in headline and "speedup" in headline
+    # The median speedup says over how many models it is, and why the others are left out.
+    assert "median fp32 speedup vs PyTorch, over " in headline and " converted models" in headline
     assert browser.eval("document.querySelectorAll('#passrate circle').length") == 2 * 4  # two series, four runs
     assert browser.eval("document.querySelectorAll('#speedup rect').length") > 3
     assert browser.eval("document.querySelectorAll('#errors rect').length") > 3

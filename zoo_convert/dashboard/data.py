@@ -105,7 +105,11 @@ QUERIES: dict[str, str] = {
             count(variant) AS variants,
             count(variant) FILTER (WHERE status = 'passed') AS variants_verified,
             median(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed' AND NOT coalesce(bench_noisy, false))
-                AS median_speedup
+                AS median_speedup,
+            -- what the median is over: the headline says so (timed, and of those the noisy ones left out)
+            count(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed' AND NOT coalesce(bench_noisy, false))
+                AS speedup_models,
+            count(speedup) FILTER (WHERE variant = 'fp32' AND status = 'passed') AS speedup_timed
         FROM latest_results
         WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     """,

@@ -37,6 +37,14 @@ function jobStatus(jobStatus, variantStatuses) {
   return variantStatuses.some((s) => s !== "passed") ? "partial" : "passed";
 }
 
+// Over how many models the median is, and why the others are not in it.
+function speedupLabel(h) {
+  const noisy = h.speedup_timed - h.speedup_models, untimed = h.converted - h.speedup_timed;
+  const why = [noisy ? `${noisy} timed under noise left out` : "", untimed > 0 ? `${untimed} not timed` : ""].filter(Boolean);
+  return `median fp32 speedup vs PyTorch, over ${h.speedup_models} of ${h.converted} converted models`
+    + (why.length ? ` (${why.join(", ")})` : "");
+}
+
 function renderHeadline() {
   const h = DATA.headline;
   const cards = [
@@ -45,7 +53,7 @@ function renderHeadline() {
     [h.inconclusive, "inconclusive: the PyTorch reference proves nothing"],
     [h.models - h.converted - h.inconclusive, "not converted"],
     [`${h.variants_verified}/${h.variants}`, "variants verified (of those made)"],
-    [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", "median fp32 speedup vs PyTorch"],
+    [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", speedupLabel(h)],
     [DATA.regressions.length, "regressions in the latest run"],
     [h.runs, "runs"],
     [h.result_rows, "result rows"],
