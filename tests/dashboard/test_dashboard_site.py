@@ -57,6 +57,21 @@ def test_drill_down_shows_outputs_census_and_latencies_of_the_real_model(browser
     assert browser.errors == []
 
 
+def test_the_back_button_closes_the_drill_down_it_opened(browser: Chrome, site_url: str) -> None:
+    browser.errors.clear()
+    browser.open(site_url)
+    browser.eval("document.querySelector('#models tbody tr').click()")
+    browser.wait_for("document.querySelectorAll('#drill h3').length >= 3")
+    assert browser.eval("location.hash").startswith("#model=")
+    browser.eval("history.back()")
+    browser.wait_for("location.hash === ''")
+    browser.wait_for("document.querySelector('#drill').hidden === true")
+    assert browser.eval("document.querySelector('#drill').textContent") == ""
+    browser.eval("history.forward()")  # and forward opens it again
+    browser.wait_for("document.querySelectorAll('#drill h3').length >= 3")
+    assert browser.errors == []
+
+
 def test_the_site_works_offline_from_file_urls(browser: Chrome, site: Path) -> None:
     browser.errors.clear()
     browser.open(site.joinpath("index.html").as_uri())

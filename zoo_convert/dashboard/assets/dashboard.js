@@ -188,7 +188,7 @@ const MODEL_COLS = [
   { name: "speedup", html: (m) => (m.speedup ? num(m.speedup) + "×" : "–"), value: (m) => m.speedup, num: true },
   { name: "ORT p50 ms", html: (m) => num(m.ort_p50_ms), value: (m) => m.ort_p50_ms, num: true },
   { name: "failure", html: (m) => esc(m.failure_kind), value: (m) => m.failure_kind },
-  { name: "message", html: (m) => `<span class="msg">${esc((m.message || "").slice(0, 120))}</span>`, value: (m) => m.message },
+  { name: "message", html: (m) => `<span class="msg" title="${esc(m.message || "")}">${esc((m.message || "").slice(0, 120))}</span>`, value: (m) => m.message },
 ];
 const SORT = { col: null, dir: 1 };
 let shownModels = [];
@@ -295,7 +295,12 @@ function showModel(m) {
 
 function route() {
   const p = new URLSearchParams(location.hash.slice(1));
-  if (!p.has("model")) return;
+  if (!p.has("model")) {
+    // Back to an address without a model (the back button): the drill-down closes with it.
+    $("#drill").hidden = true;
+    $("#drill").innerHTML = "";
+    return;
+  }
   const m = DATA.models.find((x) => x.source === p.get("model") && (!p.has("exporter") || x.exporter === p.get("exporter")) &&
     String(x.opset_requested ?? "") === (p.get("opset") ?? "") && (x.revision ?? "") === (p.get("revision") ?? ""));
   const drill = $("#drill");
