@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from zoo_convert.publish.candidates import Candidate, VariantRow
 from zoo_convert.publish.card import model_card
 
@@ -89,3 +91,45 @@ def test_a_timm_card_names_timm_and_says_how_to_preprocess(tmp_path) -> None:  #
     assert "| `input_size` | `[3, 64, 64]` |" in card and "| `crop_pct` | `0.95` |" in card
     assert "timm.data.create_transform" in card and 'hf_hub_download("org/resnet18-onnx", "onnx/model_fp32.onnx")' in card
     assert "ORTModelForImageClassification" in card and "| `onnx/model_int8.onnx` | int8:" in card
+
+
+def _candidate(**kw: object) -> Candidate:
+    fields: dict[str, object] = dict(
+        run_id="r", job_key="k", source="org/model", revision=None, resolved_revision="abc", task="feature-extraction",
+        model_type="bert", exporter="optimum", opset=17, job_status="passed", artifacts_dir=None,
+        variants=(VariantRow(variant="fp32", status="passed", file="onnx/model.onnx"),),
+    )
+    return Candidate(**{**fields, **kw})  # type: ignore[arg-type]
+
+
+def test_the_card_names_the_library_each_repo_is_for(tmp_path: Path) -> None:
+    from huggingface_hub import ModelCard
+
+    def card(c: Candidate) -> ModelCard:
+        return ModelCard(model_card(c, "org/model-onnx"))
+
+    plain = card(_candidate(library="transformers"))
+    assert plain.data.library_name == "transformers" and "transformers.js" in plain.data.tags
+    assert "With [Transformers.js]" in plain.text
+    # The sentence-transformers modules travel with the repo: it is a sentence-transformers repo.
+    (tmp_path / "modules.json").write_text("[]")
+    st = card(_candidate(library="transformers", artifacts_dir=str(tmp_path)))
+    assert st.data.library_name == "sentence-transformers" and "transformers.js" in st.data.tags
+    assert "SentenceTransformer(" in st.text
+    # A library transformers.js does not load: named as it is, no transformers.js tag or section.
+    timm = card(_candidate(library="timm", model_type="resnet", task="image-classification"))
+    assert timm.data.library_name == "timm" and "transformers.js" not in timm.data.tags
+    assert "Transformers.js" not in timm.text
+
+
+def test_control_and_bidi_characters_from_the_checkpoint_are_escaped_in_the_card() -> None:
+    evil = _candidate(source="/zoo/gpt\u202etxt.exe", model_type="bert\x1b[31m", task="fill-mask\u2066",
+                      versions={"torch": "2.13\r\n# injected"},
+                      variants=(VariantRow(variant="fp32", status="passed", file="onnx/mo\u200fdel.onnx",
+                                           ort_p50_ms=1.0, bench_cpu="Xeon\u202d", bench_threads=1),))
+    card = model_card(evil, "org/model-onnx")
+    raw = [ch for ch in card if ch in "\u202e\u2066\u200f\u202d\x1b\r"]
+    assert not raw, raw
+    assert "gpt\\u202etxt.exe" in card and "bert\\u001b[31m" in card and "mo\\u200fdel.onnx" in card
+    assert "\n# injected" not in card and "2.13\\u000d\\u000a# injected" in card
+    assert "Xeon\\u202d" in card

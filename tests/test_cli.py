@@ -247,3 +247,43 @@ def test_every_library_error_has_its_exit_code(error: str, code: int) -> None:
     from zoo_convert.cli import exit_code
 
     assert exit_code(getattr(errors, error)("x")) == code
+
+
+def test_convert_optimize_levels_as_optimum_cli_spells_them(zoo_dir: Path, tmp_path: Path) -> None:
+    o4 = subprocess.run([EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--optimize", "O4"],
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert o4.returncode == 2 and "O4 is optimum's O3 in fp16: here that is the fp16 variant" in o4.stderr, o4.stderr
+    for command in ("convert", "run"):
+        shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
+        assert "--optimize O1|O2|O3" in shown and "[default: O2]" in shown and "O4" in shown
+    proc = subprocess.run([EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32",
+                           "--optimize", "o1", "--no-benchmark", "--no-long-shape", "--json"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    optimizer = json.loads(proc.stdout)["variants"][0]["optimizer"]
+    assert optimizer["level"] == "O1" and optimizer["methods"] == ["ort_basic"] and optimizer["fused_ops"] == {}
+
+
+def test_convert_shape_overrides_and_atol_as_optimum_cli_spells_them_are_used_and_recorded(
+    zoo_dir: Path, tmp_path: Path
+) -> None:
+    def convert(*extra: str) -> dict:
+        proc = subprocess.run([EXE, "convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--variants", "fp32",
+                               "--no-long-shape", "--json", *extra], capture_output=True, text=True, timeout=300, check=False)
+        assert proc.stdout, proc.stderr
+        return json.loads(proc.stdout)
+
+    record = convert("--batch-size", "2", "--sequence-length", "11", "--atol", "1e-3")
+    assert record["status"] == "passed", record["message"]
+    fp32 = record["variants"][0]
+    assert {o["shape"] for o in fp32["outputs"]} == {"2x11"} and fp32["bench_shape"] == "2x11"
+    (verify,) = [s for s in record["stages"] if s["stage"] == "verify" and "variant" not in s["details"]]
+    assert verify["details"]["shapes"] == {"batch_size": 2, "sequence_length": 11}
+    assert verify["details"]["fp32_max_abs"] == 1e-3
+    # A tolerance no float32 graph meets fails the fp32 graph, saying the tolerance it missed.
+    strict = convert("--atol", "1e-12", "--no-benchmark")
+    assert strict["status"] == "failed" and "(tolerance 1e-12)" in strict["message"], strict["message"]
+    for command in ("convert", "run"):
+        shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
+        assert all(f"--{o} " in shown for o in ("batch-size", "sequence-length", "height", "width", "num-channels",
+                                                "audio-sequence-length", "feature-size", "nb-max-frames", "atol"))

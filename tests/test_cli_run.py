@@ -56,6 +56,7 @@ def named_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamedRun]:
 
 def test_the_run_names_itself_and_lists_its_failures(named_run: NamedRun) -> None:
     lines = named_run.proc.stdout.splitlines()
+    assert "starting Ray (a local instance takes 10-20 s) ..." in lines  # before the first job: Ray takes a while
     assert lines[0].startswith(f"run {NAME} (") and "2 to do" in lines[0]
     assert any(line.startswith(f"run {NAME} (") and "2 recorded" in line for line in lines)
     assert "  converted  1 of 2 models (fp32 verified), 0 partial (a variant failed)" in lines

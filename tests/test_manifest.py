@@ -151,3 +151,13 @@ def test_duplicate_rows_are_said_once_and_cost_no_job(tmp_path: Path) -> None:
     done = subprocess.run([exe, "manifest", "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == "", done.stdout[:500]
     assert done.stderr.splitlines() == [f"warning: {m.duplicates_summary}", "20000 rows, 2 jobs, 0 problems"]
+
+
+def test_a_row_asks_for_its_optimization_level(tmp_path: Path) -> None:
+    rows = [{"source": "org/a", "optimize": "O3"}, {"source": "org/b"}, {"source": "org/c", "optimize": "O4"},
+            {"source": "org/d", "optimize": "o2x"}]
+    m = read_manifest(write_manifest(rows, tmp_path / "m.parquet"))
+    assert [(e.source, e.optimize) for e in m.entries] == [("org/a", "O3"), ("org/b", None)]
+    reasons = {p.row: p.reason for p in m.problems}
+    assert "unknown optimize level 'O4'" in reasons[3] and "O4, O3 in fp16, is the fp16 variant" in reasons[3]
+    assert reasons[4] == "unknown optimize level 'o2x' (choose from O1, O2, O3)"

@@ -591,3 +591,18 @@ def test_a_model_that_fails_in_fetch_keeps_the_model_type_its_config_names(minil
     result = convert_one(ManifestEntry(source=str(src), variants=("fp32",)), Settings(out_dir=str(tmp_path / "out")))
     assert (result.status, result.failure_kind, result.stage) == ("failed", "fetch_error", "fetch")
     assert result.model_type == "bert" and result.opset is None
+
+
+def test_a_model_that_fails_before_export_keeps_the_model_type_its_config_declares(tmp_path: Path) -> None:
+    """A pickle-only checkpoint is refused in fetch; its config.json still says what it is, for the DB and the dashboard."""
+    from zoo_convert.pipeline import convert_one as convert
+
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "architectures": ["BertForMaskedLM"]}')
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    result = convert(ManifestEntry(source=str(folder)), Settings(out_dir=str(tmp_path / "out")))
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "fetch_unsafe", "fetch")
+    assert result.model_type == "bert"
+    (folder / "config.json").write_text("not json")  # unreadable: nothing to say, and no second failure
+    assert convert(ManifestEntry(source=str(folder)), Settings(out_dir=str(tmp_path / "out"))).model_type is None

@@ -87,3 +87,33 @@ def test_rows_that_are_one_job_are_planned_once(tmp_path: Path) -> None:
     twice = replace(manifest, entries=(*manifest.entries, replace(manifest.entries[0], row=2, priority=3)))
     plan = make_plan(twice, Settings())
     assert [j.entry.row for j in plan.jobs] == [1] and (plan.total, plan.skipped) == (1, 0)
+
+
+def test_the_optimization_level_is_in_the_key_and_o2_keeps_the_keys_made_before_levels() -> None:
+    # The key of a default job, as it was computed before optimization levels existed (O2).
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    s = Settings()
+    old = {"source": ENTRY.source, "resolved_revision": "abc123", "task": None, "opset": None, "exporter": "optimum",
+           "variants": sorted(ENTRY.variants), "gpu": False, "allow_remote_code": False, "allow_pickle": False,
+           "tolerances": {k: asdict(v) for k, v in sorted(s.tolerances.items())}, "verify_shapes": s.verify_shapes,
+           "verify_long": True, "providers": s.providers, "external_data_threshold": s.external_data_threshold,
+           "optimize": True, "benchmark": True, "versions": VERSIONS}
+    assert _key(Settings(optimization="O2")) == hashlib.sha256(
+        json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    keys = {_key(Settings(optimization=level)) for level in ("O1", "O2", "O3")}
+    assert len(keys) == 3
+    # A manifest row's level is the job's: the same key as the run-wide setting.
+    row = replace(ENTRY, optimize="O3")
+    assert job_key(row, "abc123", Settings(), VERSIONS) == _key(Settings(optimization="O3"))
+
+
+def test_fixed_shapes_and_atol_change_the_key_and_none_keeps_it() -> None:
+    default = _key(Settings())
+    assert _key(Settings(shapes={})) == default
+    assert _key(Settings(shapes={"batch_size": 2})) != default
+    assert _key(Settings(shapes={"batch_size": 2})) != _key(Settings(shapes={"sequence_length": 2}))
+    tolerances = {**Settings().tolerances, "fp32": replace(Settings().tolerances["fp32"], max_abs=1e-3)}
+    assert _key(Settings(tolerances=tolerances)) != default

@@ -102,3 +102,43 @@ def test_names_and_messages_cannot_forge_lines_or_drive_the_terminal() -> None:
         assert not any(line.startswith("[1/1] passed") for line in text.splitlines())
         assert "zoo/x\\x0a[1/1] passed" in text and "\\x1b]0;pwned\\x07" in text
         assert max(len(line) for line in text.splitlines()) < 1000  # the 5000-character message is cut
+
+
+def test_on_a_terminal_each_failed_job_gets_a_line_above_the_live_one_as_it_lands() -> None:
+    out = io.StringIO()
+    progress = Progress(out, live=True)
+    report = FarmReport(run_id="r1", total=2)
+    progress.start(report, 2)
+    bad = ConversionResult(source="zoo/gpt2", status="failed", failure_kind="timeout", stage="export",
+                           message="the job ran past 600 s\nsecond line")
+    report.count(bad)
+    progress.result(report, bad)
+    text = out.getvalue()  # before the run ends: the failure is already there, by name
+    assert "\r\x1b[Kfailed  zoo/gpt2  timeout  export  the job ran past 600 s\n" in text
+    assert "second line" not in text
+    assert text.rstrip().split("\r")[-1].startswith("1/2 done  1 failed")  # the live line comes back below it
+
+
+def test_the_summary_counts_the_whole_manifest_with_the_jobs_skipped_as_done() -> None:
+    from collections import Counter
+
+    out = io.StringIO()
+    progress = Progress(out, live=False)
+    report = FarmReport(run_id="r1", total=4, skipped=3, skipped_by_status=Counter(passed=2, failed=1))
+    progress.start(report, 1)
+    bad = ConversionResult(source="zoo/gpt2", status="failed", failure_kind="timeout", stage="export", message="late")
+    report.count(bad)
+    progress.result(report, bad)
+    progress.finish(report)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "run r1: 1 to do, 3 of 4 already done"
+    assert lines[3].split() == ("converted 2 of 4 models (fp32 verified): 0 of 1 this run, 2 of 3 done before;"
+                                " 0 partial (a variant failed)").split()
+
+
+def test_the_run_says_ray_is_starting() -> None:
+    out = io.StringIO()
+    Progress(out, live=True).starting_ray(None)
+    Progress(out, live=False).starting_ray("ray://head:10001")
+    assert "starting Ray (a local instance takes 10-20 s) ...\n" in out.getvalue()
+    assert "connecting to Ray at ray://head:10001 ...\n" in out.getvalue()

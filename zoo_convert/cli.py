@@ -21,6 +21,7 @@ import atexit
 import math
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -32,7 +33,18 @@ import click
 
 from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
 from .hub_budget import Governor, HubLimits
-from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry, Settings
+from .records import (
+    DEFAULT_OPTIMIZATION,
+    DEFAULT_VARIANTS,
+    EXPORTERS,
+    MAX_OPSET,
+    MIN_OPSET,
+    OPTIMIZATION_LEVELS,
+    SHAPE_OPTIONS,
+    VARIANTS,
+    ManifestEntry,
+    Settings,
+)
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -97,7 +109,65 @@ _NO_OPTIMIZE = click.option(
     "--no-optimize", is_flag=True,
     help="keep the plain export as the fp32 artifact (no graph fusion), like optimum-cli without --optimize",
 )
+
+
+def _level(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    level = value.upper()
+    if level == "O4":
+        raise click.BadParameter("O4 is optimum's O3 in fp16: here that is the fp16 variant, made from the fp32"
+                                 " graph (--variants fp16, a default); pass --optimize O3 for the fp32 graph", param=param)
+    if level not in OPTIMIZATION_LEVELS:
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(OPTIMIZATION_LEVELS)}", param=param)
+    return level
+
+
+_OPTIMIZE = click.option(
+    "--optimize", "optimization", default=DEFAULT_OPTIMIZATION, show_default=True, callback=_level, metavar="O1|O2|O3",
+    help="optimization level of the fp32 graph, as optimum-cli's: O1 basic ONNX Runtime optimizations, O2 also the"
+         " transformers fusions, O3 also the GELU approximation (kept only where it still matches PyTorch);"
+         " optimum's O4 (O3 in fp16) is the fp16 variant. A manifest's optimize column overrides it per row",
+)
 _NO_BENCHMARK = click.option("--no-benchmark", is_flag=True, help="skip the latency measurement")
+
+_SHAPE_HELP = {
+    "batch_size": "batch of the short verify shapes and of the benchmark [default: 1 and 3; 1]",
+    "sequence_length": "tokens of the short verify shapes and of the benchmark [default: 7 and 19; 128]",
+    "num_choices": "choices of a multiple-choice model's inputs",
+    "height": "image height fed at every shape where config.json does not fix image_size, as in optimum"
+              " [default: the processor's]",
+    "width": "image width, likewise [default: the processor's]",
+    "num_channels": "image channels [default: the config's]",
+    "audio_sequence_length": "samples of audio of the short verify shapes and of the benchmark"
+                             " [default: 1000 per token of the short shapes; 16000]",
+    "feature_size": "mel bins of a filterbank model's input [default: the processor's]",
+    "nb_max_frames": "mel frames of a whisper-style input [default: the processor's]",
+}
+
+
+def _shape_options(f: F) -> F:
+    """optimum-cli's shape options (``--batch-size``, ``--sequence-length``, ...), handed to ``f`` as ``shapes``, and ``--atol``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {name: kwargs.pop(name) for name in SHAPE_OPTIONS}
+        return f(*args, shapes={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    for name in reversed(SHAPE_OPTIONS):
+        wrapper = click.option(f"--{name.replace('_', '-')}", name, type=click.IntRange(1), help=_SHAPE_HELP[name])(wrapper)
+    return click.option(
+        "--atol", type=click.FloatRange(0, min_open=True), help="largest |ONNX - PyTorch| the fp32 graph may differ by"
+        " [default: 1e-4]; recorded with the result",
+    )(wrapper)  # type: ignore[return-value]
+
+
+def _with_atol(settings: Settings, atol: float | None) -> Settings:
+    """``settings`` with the fp32 tolerance's max_abs replaced by ``atol``, when one was given."""
+    if atol is None:
+        return settings
+    from dataclasses import replace
+
+    fp32 = replace(settings.tolerances["fp32"], max_abs=atol)
+    return replace(settings, tolerances={**settings.tolerances, "fp32": fp32})
 _NO_LONG_SHAPE = click.option(
     "--no-long-shape", is_flag=True,
     help="verify at the two short shapes only, not also at the length the model is used at (README: verify)",
@@ -135,10 +205,12 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
               help="let transformers run code shipped with the checkpoint.")
 @click.option("--allow-pickle", is_flag=True, help="accept pickle (pytorch_model.bin) weights.")
+@_OPTIMIZE
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
 @_NO_GENERATION
+@_shape_options
 @click.option("--threads", type=click.IntRange(1),
               help="intra-op threads of PyTorch and ONNX Runtime in verify and the latency measurement"
                    " [default: the CPUs this process may use; a farm job uses 1]")
@@ -155,10 +227,13 @@ def convert(
     out_dir: str,
     allow_remote_code: bool,
     allow_pickle: bool,
+    optimization: str,
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
     no_generation: bool,
+    shapes: dict[str, int],
+    atol: float | None,
     threads: int | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -169,8 +244,8 @@ def convert(
     Example:
 
     \b
-        zoo-convert convert build/zoo/bert --out build/onnx --variants fp32,int8
-        zoo-convert convert build/zoo/bert --out build/onnx --no-optimize --no-benchmark
+        zoo-convert convert build/demo/zoo/bert --out build/onnx --variants fp32,int8
+        zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
     from .pipeline import convert_one, quiet_libraries
     from .report import summary
@@ -190,12 +265,15 @@ def convert(
     settings = Settings(
         out_dir=out_dir,
         optimize=not no_optimize,
+        optimization=optimization,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
         verify_generation=not no_generation,
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
         threads=threads or _usable_cpus(),
+        shapes=shapes,
     )
+    settings = _with_atol(settings, atol)
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
         result = convert_one(entry, settings)
     if result.artifacts_dir:
@@ -239,7 +317,7 @@ def zoo_build(out_dir: str, only: str | None) -> None:
     Example:
 
     \b
-        zoo-convert zoo build build/demo/zoo --only bert,gpt2,vit
+        zoo-convert zoo build build/zoo --only bert,gpt2,vit
     """
     from . import zoo as zoo_lib
 
@@ -292,8 +370,8 @@ def db_regressions(db_path: str, since: str | None) -> None:
     Example:
 
     \b
-        zoo-convert db regressions --db results.duckdb --since nightly-2026-01-01
-        zoo-convert db regressions --db results.duckdb --since 2026-01-01
+        zoo-convert db regressions --db build/demo/results.duckdb
+        zoo-convert db regressions --db build/demo/results.duckdb --since 2026-01-01
     """
     from .store import ResultStore
     from .store.queries import format_table, regressions
@@ -317,8 +395,8 @@ def db_query(db_path: str, fmt: str, sql: str) -> None:
     Example:
 
     \b
-        zoo-convert db query "SELECT * FROM compat_matrix WHERE pass_rate < 1"
-        zoo-convert db query --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
+        zoo-convert db query --db build/demo/results.duckdb "SELECT * FROM compat_matrix WHERE pass_rate < 1"
+        zoo-convert db query --db build/demo/results.duckdb --format json "SELECT source, message FROM latest_results WHERE status = 'failed'"
     """
     from .store import ResultStore
     from .store.queries import FORMATS, query
@@ -337,7 +415,7 @@ def db_export(db_path: str, out_dir: str) -> None:
     Example:
 
     \b
-        zoo-convert db export --db results.duckdb build/parquet
+        zoo-convert db export --db build/demo/results.duckdb build/parquet
     """
     from .store import ResultStore
     from .store.queries import export_parquet
@@ -357,7 +435,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
     Example:
 
     \b
-        zoo-convert dashboard --db results.duckdb --out dashboards/site --serve
+        zoo-convert dashboard --db build/demo/results.duckdb --out build/demo/site --serve
     """
     from .dashboard import build_site, serve
 
@@ -377,7 +455,10 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--run", default="latest", show_default=True, help="run to publish: its name (run --name), its id, or 'latest'")
 @click.option("--namespace", required=True, help="Hub user or organisation that receives the repos")
 @click.option("--repo-template", default="{namespace}/{name}-ONNX", show_default=True,
-              help="repo id pattern; fields: namespace, name, model_type, exporter, opset")
+              help="repo id pattern; fields: namespace, name, owner, model_type, exporter, opset, revision")
+@click.option("--only", help="comma-separated: publish only the models with this source, name or manifest tag")
+@click.option("--where", help="SQL condition on the run's `results` rows (one per variant): publish the models"
+              " with a matching row, e.g. \"model_type = 'bert'\"")
 @click.option("--endpoint", envvar="HF_ENDPOINT", help="Hub URL (default: $HF_ENDPOINT, else huggingface.co)")
 @click.option("--dry-run", is_flag=True, help="report what would be uploaded; create and upload nothing")
 @click.option("--private", is_flag=True, help="create new repos private")
@@ -385,48 +466,62 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
 @click.option("--token", help="Hub write token (default: $HF_TOKEN, else the huggingface-cli login)")
 @click.option("--hub-commits-per-hour", type=click.IntRange(1), default=128, show_default=True,
               help="commits the token may make per hour; the rest is deferred to the next publish")
+@click.option("--max-time", "max_time_s", type=click.FloatRange(0, min_open=True), default=3600.0, show_default=True,
+              callback=lambda ctx, param, value: _not_nan(param, value),
+              help="seconds the whole publish may take: past it no model is started (the rest is deferred to the"
+                   " next publish) and no Hub retry is waited for")
 @_HUB_REQUESTS
 def publish(
     db_path: str,
     run: str,
     namespace: str,
     repo_template: str,
+    only: str | None,
+    where: str | None,
     endpoint: str | None,
     dry_run: bool,
     private: bool,
     include_failed: bool,
     token: str | None,
     hub_commits_per_hour: int,
+    max_time_s: float,
     hub_requests_per_5min: int,
 ) -> None:
     """Push every verified model of a run to the Hub: one repo and one commit each, nothing when unchanged.
 
-    Models an earlier publish deferred (its commit budget was spent) go first, oldest first.
-    The token is checked once before anything is sent.
+    Models an earlier publish deferred (its commit or time budget was spent) go first, oldest first.
+    The token is checked once before anything is sent; a Hub that cannot be reached stops the
+    publish at once. Exits 1 when a model failed to publish or two models target one repo.
 
     Example:
 
     \b
         zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run
+        zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run --only bert,gpt2
+        zoo-convert publish --db build/demo/results.duckdb --namespace my-org --dry-run --where "model_type = 'vit'"
     """
     from huggingface_hub import get_token
 
     from .errors import UsageError
-    from .publish import PublicationStatus, PublishOptions, publish_run
-    from .store import ResultStore
+    from .publish import PublicationStatus, PublishOptions, publish_run, select
+    from .store import ResultStore, queries
 
     token = token or get_token()
     if token is None and not dry_run:
         raise UsageError("no Hub token: pass --token, set HF_TOKEN or run `huggingface-cli login`")
     options = PublishOptions(namespace=namespace, repo_template=repo_template, endpoint=endpoint, private=private,
-                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour)
+                             dry_run=dry_run, include_failed=include_failed, commits_per_hour=hub_commits_per_hour,
+                             max_time_s=max_time_s, only=tuple(o.strip() for o in (only or "").split(",") if o.strip()),
+                             where=where)
+    store = ResultStore(db_path, read_only=dry_run)
+    click.echo(f"{'would publish' if dry_run else 'publishing'} {select(store, queries.find_run(store, run), options).describe()}")
     with _hub_budget(hub_requests_per_5min):
-        pubs = publish_run(ResultStore(db_path, read_only=dry_run), options, run=run, token=token)
+        pubs = publish_run(store, options, run=run, token=token)
     for p in pubs:
         click.echo(f"{p.status:<10} {p.repo_id:<50} {p.uploaded_files} file(s), {p.uploaded_bytes / 1e6:.1f} MB  "
                    f"{p.message or p.commit_url or ''}")
     click.echo(", ".join(f"{s} {sum(p.status == s for p in pubs)}" for s in sorted({p.status for p in pubs})) or "nothing to publish")
-    sys.exit(1 if any(p.status == PublicationStatus.FAILED for p in pubs) else 0)
+    sys.exit(1 if any(p.status in (PublicationStatus.FAILED, PublicationStatus.CONFLICT) for p in pubs) else 0)
 
 
 @cli.command()
@@ -445,10 +540,12 @@ def publish(
 @click.option("--offline", is_flag=True, help="never touch the Hub (use the local cache)")
 @click.option("--hf-endpoint", envvar="HF_ENDPOINT", help="Hub URL the workers fetch from (default: $HF_ENDPOINT)")
 @click.option("--hf-cache", envvar="HF_HUB_CACHE", help="Hub cache every node sees (default: $HF_HUB_CACHE)")
+@_OPTIMIZE
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
 @_NO_LONG_SHAPE
 @_NO_GENERATION
+@_shape_options
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
@@ -467,10 +564,13 @@ def run(
     offline: bool,
     hf_endpoint: str | None,
     hf_cache: str | None,
+    optimization: str,
     no_optimize: bool,
     no_benchmark: bool,
     no_long_shape: bool,
     no_generation: bool,
+    shapes: dict[str, int],
+    atol: float | None,
     name: str | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
@@ -487,7 +587,7 @@ def run(
 
     \b
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
-        zoo-convert run manifests/nightly.parquet --db results.duckdb --out /data/artifacts --name nightly-2026-01-01
+        zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts --retry-failed
     """
     from .farm import FarmOptions, run_farm
 
@@ -499,10 +599,13 @@ def run(
         hf_endpoint=hf_endpoint,
         hf_cache=hf_cache,
         optimize=not no_optimize,
+        optimization=optimization,
         benchmark=not no_benchmark,
         verify_long=not no_long_shape,
         verify_generation=not no_generation,
+        shapes=shapes,
     )
+    settings = _with_atol(settings, atol)
     options = FarmOptions(
         address=address,
         num_cpus=num_cpus,
@@ -555,7 +658,7 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
     Example:
 
     \b
-        zoo-convert manifest from-csv ../shared/data/hub_model_ids.csv manifests/hub_examples.parquet
+        zoo-convert manifest from-csv manifests/hub_model_ids_sample.csv build/hub_sample.parquet
     """
     from .manifest import manifest_from_csv as build
 

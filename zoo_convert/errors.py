@@ -19,6 +19,7 @@ same words::
      │    └── NumericsMismatchError verify_numerics (GenerationMismatchError: greedy tokens diverged)
      ├── BenchmarkError             benchmark_error
      ├── PublishError               publish_error
+     │    └── HubUnreachableError   the Hub's endpoint refuses connections or its host has no address (stops a publish)
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
      │    └── RunLockedError        another run holds the DB's run lock
      ├── MachineFaultError          a run stopped early: every job met the same machine fault (exit 1)
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .records import OutputCheck, Tolerance
+    from .checks import OutputCheck, Tolerance
 
 _PACKAGE = Path(__file__).resolve().parent
 # A message longer than this is cut: the record keeps the traceback in full.
@@ -288,6 +289,20 @@ class BenchmarkError(ZooConvertError):
 
 class PublishError(ZooConvertError):
     kind = FailureKind.PUBLISH_ERROR
+
+
+class HubUnreachableError(PublishError):
+    """The Hub cannot be reached at all (connection refused, no DNS answer, no route): nothing else is tried.
+
+    Attributes:
+        endpoint: the Hub URL that was tried.
+        reason: what the network said, in a few words.
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint  # optional: unpickling calls the class with the message alone
+        self.reason = reason
 
 
 class StoreError(ZooConvertError):

@@ -75,7 +75,7 @@ from .sources import is_local
 from .stages.fetch import download
 from .store.db import ResultStore
 from .store.lock import run_lock
-from .store.queries import run_label
+from .store.queries import latest_job_statuses, run_label
 from .versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
@@ -123,6 +123,7 @@ class FarmReport:
         name: its unique human name, if it was given one.
         total: jobs and invalid rows in the manifest.
         skipped: those already answered in the DB.
+        skipped_by_status: the skipped ones by their latest result's status (passed, failed, ...).
         recorded: results written by this run.
         ray_started: whether the run needed Ray at all.
         by_status: recorded jobs by status (passed: converted, the fp32 artifact verified;
@@ -142,6 +143,7 @@ class FarmReport:
     name: str | None = None
     total: int = 0
     skipped: int = 0
+    skipped_by_status: Counter[str] = field(default_factory=Counter)
     recorded: int = 0
     ray_started: bool = False
     by_status: Counter[str] = field(default_factory=Counter)
@@ -330,7 +332,8 @@ def _run_farm(
     if plan.jobs:
         _check_out_dir(Path(settings.out_dir))  # before Ray starts: no job should meet an unusable --out
     report = FarmReport(
-        run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved)
+        run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved),
+        skipped_by_status=Counter(latest_job_statuses(store, list(plan.skipped_keys))),
     )
     progress = progress or Progress()
     if manifest.duplicates_summary:
@@ -341,6 +344,7 @@ def _run_farm(
     if started_ray and options.address is None:
         _prestart_fork_server()
     if started_ray:
+        progress.starting_ray(options.address or os.environ.get("RAY_ADDRESS"))
         _init_ray(options)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _terminate)  # ray.init put its own in (sys.exit): ours again
@@ -656,9 +660,18 @@ class Progress:
         self._line(f"{len(still)} hub ids still unresolved after attempt {attempt} ({names}); "
                    + ("left for the next run" if final else "trying again"))
 
+    def starting_ray(self, address: str | None) -> None:
+        """Ray is starting (a local instance: 10-20 s before the first job runs)."""
+        local = address in (None, "", "local")
+        self._line("starting Ray (a local instance takes 10-20 s) ..." if local else f"connecting to Ray at {address} ...")
+
     def result(self, report: FarmReport, result: ConversionResult) -> None:
-        """One job landed in the DB."""
+        """One job landed in the DB: on a terminal, a failed job gets its own line above the live one."""
         if self.live:
+            if not result.passed and result.status != INCONCLUSIVE:
+                model, kind, stage, message = FailureLine(result.source, None, result.failure_kind or "unknown",
+                                                          result.stage or "job", result.message).cells()
+                self._line(f"failed  {model}  {kind}  {stage}  {message}"[:300])
             self._bar(report)
             return
         opset = result.opset_requested if result.opset_requested is not None else "default"
@@ -694,8 +707,14 @@ class Progress:
         self._line(f"run {report.label}: {report.recorded} recorded in {report.seconds:.1f} s"
                    f" ({report.skipped} skipped, {report.retries} retries"
                    + (f", {report.unresolved} hub ids unresolved" if report.unresolved else "") + ")")  # fmt: skip
-        self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
-                   " (a variant failed)")
+        if report.skipped:  # the whole manifest: this run's jobs and those answered before
+            before = report.skipped_by_status.get(PASSED, 0)
+            self._line(f"  converted  {converted + before} of {report.recorded + report.skipped} models (fp32 verified):"
+                       f" {converted} of {report.recorded} this run, {before} of {report.skipped} done before;"
+                       f" {report.partial} partial (a variant failed)")
+        else:
+            self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
+                       " (a variant failed)")
         self._line(f"  variants   {report.variants_verified} of {report.variants} verified")
         if report.by_status.get(INCONCLUSIVE):
             self._line(f"inconclusive ({report.by_status[INCONCLUSIVE]}, neither converted nor failed):")

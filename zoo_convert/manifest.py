@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ManifestError
-from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, VARIANTS, ManifestEntry
+from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, OPTIMIZATION_LEVELS, VARIANTS, ManifestEntry
 from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
 
 SCHEMA = pa.schema(
@@ -44,6 +44,7 @@ SCHEMA = pa.schema(
         pa.field("allow_pickle", pa.bool_()),
         pa.field("priority", pa.int32()),
         pa.field("tags", pa.list_(pa.string())),
+        pa.field("optimize", pa.string()),  # O1, O2 or O3; null: the run's --optimize
     ]
 )
 REQUIRED = ("source",)
@@ -174,6 +175,12 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     flag(pc.invert(pc.or_kleene(pc.is_null(exporter), pc.is_in(exporter, value_set=pa.array(EXPORTERS)))),
          lambda i: f"unknown exporter {exporter[i].as_py()!r} (choose from {', '.join(EXPORTERS)})")  # fmt: skip
 
+    level = col("optimize")
+    flag(pc.invert(pc.or_kleene(pc.is_null(level), pc.is_in(level, value_set=pa.array(OPTIMIZATION_LEVELS)))),
+         lambda i: f"unknown optimize level {level[i].as_py()!r} (choose from {', '.join(OPTIMIZATION_LEVELS)}"
+                   + ("; O4, O3 in fp16, is the fp16 variant: ask for it in variants" if level[i].as_py() == "O4" else "")
+                   + ")")  # fmt: skip
+
     _flag_list(table, "opsets", flag, lambda v: pc.or_kleene(pc.less(v, MIN_OPSET), pc.greater(v, MAX_OPSET)),
                f"impossible opset (supported: {MIN_OPSET}..{MAX_OPSET})")  # fmt: skip
     _flag_list(table, "variants", flag, lambda v: pc.invert(pc.is_in(v, value_set=pa.array(VARIANTS))),
@@ -298,6 +305,7 @@ def _expand(row: dict[str, Any], source: str, number: int) -> list[ManifestEntry
             priority=row["priority"] or 0,
             tags=tuple(row["tags"] or ()),
             row=number,
+            optimize=row["optimize"],
         )
         for opset in opsets
     ]

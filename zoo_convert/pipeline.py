@@ -59,6 +59,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
     from .stages import benchmark, check, export, fetch, optimize, verify
 
+    if entry.optimize is not None:  # the row's level, for this job only
+        settings = replace(settings, optimization=entry.optimize)
     if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
         # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
         settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))
@@ -87,6 +89,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         with run.stage("check") as details:
             details.update(check.check(exported))
         with run.stage("verify") as details:
+            # What the user changed of verify's defaults, in the record: its shapes and the fp32 tolerance.
+            details.update(shapes=dict(settings.shapes), fp32_max_abs=settings.tolerances["fp32"].max_abs)
             missing = _references(exported, settings, details)
         if settings.benchmark and missing is None and benchmark.too_big_to_hold(exported, settings):
             # PyTorch's side now, alone: optimize's children would add each variant's copy to the torch model.
@@ -243,26 +247,7 @@ def _benchmarked(
 
 def _with_latency(v: VariantResult, lat: Latency) -> VariantResult:
     """The record's latency columns: figures, conditions, and why a side is missing."""
-    ort, torch = lat.ort, lat.torch
-    return replace(
-        v,
-        ort_p50_ms=ort.p50_ms if ort else None,
-        ort_p90_ms=ort.p90_ms if ort else None,
-        ort_runs=ort.runs if ort else None,
-        ort_spread=ort.spread if ort else None,
-        torch_p50_ms=torch.p50_ms if torch else None,
-        torch_p90_ms=torch.p90_ms if torch else None,
-        torch_runs=torch.runs if torch else None,
-        torch_spread=torch.spread if torch else None,
-        speedup=lat.speedup,
-        bench_threads=lat.threads,
-        bench_shape=lat.shape,
-        bench_cpu=lat.cpu,
-        bench_load=lat.load,
-        bench_noisy=lat.noisy,
-        bench_note=lat.note,
-        traceback=v.traceback or lat.traceback,  # a bug of ours while timing keeps its trace
-    )
+    return replace(v, **lat.columns(), traceback=v.traceback or lat.traceback)  # type: ignore[arg-type]
 
 
 def _unmade(artifact: Artifact) -> VariantResult:

@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import ManifestError, ZooConvertError
 from .manifest import Manifest, row_key
-from .records import HubSnapshot, ManifestEntry, Settings
+from .records import DEFAULT_OPTIMIZATION, HubSnapshot, ManifestEntry, Settings
 from .sources import is_local
 from .stages.fetch import hub_snapshot, list_snapshots, resolve_revision
 from .versions import toolchain_versions
@@ -87,6 +87,7 @@ class Plan:
         skipped: jobs and invalid rows whose key already has a terminal result.
         total: all jobs and invalid rows of the manifest.
         unresolved: entries whose hub id could not be resolved for now (transient errors); no key yet.
+        skipped_keys: the keys of the skipped jobs and rows.
     """
 
     jobs: tuple[Job, ...]
@@ -94,6 +95,7 @@ class Plan:
     skipped: int
     total: int
     unresolved: tuple[ManifestEntry, ...] = ()
+    skipped_keys: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -161,7 +163,8 @@ def make_plan(
     todo = sorted((j for j in jobs if not answered(j)), key=order)
     bad = [r for r in invalid if r.key not in done]
     total = len(jobs) + len(invalid) + len(unresolved)
-    return Plan(tuple(todo), tuple(bad), total - len(todo) - len(bad) - len(unresolved), total, tuple(unresolved))
+    skipped = tuple([j.key for j in jobs if answered(j)] + [r.key for r in invalid if r.key in done])
+    return Plan(tuple(todo), tuple(bad), total - len(todo) - len(bad) - len(unresolved), total, tuple(unresolved), skipped)
 
 
 def keyed_jobs(
@@ -207,11 +210,15 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         "verify_shapes": settings.verify_shapes,
         "verify_long": settings.verify_long,
         "verify_generation": settings.verify_generation,
+        # Only when some are fixed: keys made before shapes could be fixed stay the same.
+        **({"shapes": dict(sorted(settings.shapes.items()))} if settings.shapes else {}),
         "providers": settings.providers,
         "external_data_threshold": settings.external_data_threshold,
         # Always present: a --no-benchmark result has no latencies, so a default run must not reuse it.
         "optimize": settings.optimize,
         "benchmark": settings.benchmark,
+        # Only when not the default O2, which every key made before levels existed was made at.
+        **({"optimization": level} if (level := entry.optimize or settings.optimization) != DEFAULT_OPTIMIZATION else {}),
         "versions": versions,
     }
     text = json.dumps(blob, sort_keys=True, default=str)

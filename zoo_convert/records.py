@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checks import OutputCheck as OutputCheck
+from .checks import Tolerance as Tolerance
 from .errors import FailureKind
 
 EXPORTERS = ("optimum", "torch")
@@ -33,6 +35,15 @@ JS_SUFFIXES = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8",
 # weights. The onnxruntime-node and -web that transformers.js 4 ships run it, so our int8 is
 # both: written once as ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
 JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint8": ("uint8",), "q4": ("q4",)}
+# optimum-cli's --optimize levels the optimize stage makes the fp32 graph at (stages/optimize.py says how
+# each maps to ONNX Runtime's optimizers, as optimum's AutoOptimizationConfig does). optimum's O4 is O3
+# in fp16: here that is the fp16 variant, made from the fp32 graph of whichever level was asked.
+OPTIMIZATION_LEVELS = ("O1", "O2", "O3")
+DEFAULT_OPTIMIZATION = "O2"
+# The input shapes a user may fix for verify and benchmark, spelt as optimum-cli's export options
+# (--batch_size, --sequence_length, ...): Settings.shapes. Audio lengths are samples of audio.
+SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "width", "num_channels",
+                 "audio_sequence_length", "feature_size", "nb_max_frames")  # fmt: skip
 # 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
 Q4_MIN_COSINE = 0.95
 
@@ -51,6 +62,10 @@ def variant_of(filename: str) -> str | None:
     by_suffix = {JS_SUFFIXES[d]: v for v, dtypes in JS_DTYPES.items() for d in dtypes}
     # Longest suffix first: every name ends with fp32's empty one.
     return next((v for suffix, v in sorted(by_suffix.items(), key=lambda kv: -len(kv[0])) if stem.endswith(suffix)), None)
+
+# Marks the VariantResult fields that are the latency and its conditions (LATENCY_FIELDS): the one
+# place they are named. The benchmark's Latency, the DB writer and publishing's reader follow it.
+LATENCY = {"latency": True}
 
 PASSED = "passed"
 FAILED = "failed"
@@ -92,6 +107,8 @@ class ManifestEntry:
         tags: free-form labels carried into the DB.
         row: 1-based manifest row this entry came from (None outside a manifest).
         snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
+        optimize: the optimization level of this job's fp32 graph (one of OPTIMIZATION_LEVELS);
+            None uses ``Settings.optimization``.
     """
 
     source: str
@@ -109,19 +126,7 @@ class ManifestEntry:
     tags: tuple[str, ...] = ()
     row: int | None = None
     snapshot: HubSnapshot | None = None
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Pass criteria for one variant: every output must meet all of them.
-
-    Attributes:
-        max_abs: largest allowed |onnx - torch| over all elements.
-        min_cosine: smallest allowed cosine similarity of the flattened outputs.
-    """
-
-    max_abs: float
-    min_cosine: float = 0.0
+    optimize: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,11 @@ class Settings:
         external_data_threshold: models above this many bytes store weights as external data.
         optimize: fuse the fp32 graph; False keeps the plain export as the fp32 artifact
             (``--no-optimize``, optimum-cli without ``--optimize``); fp16 and int8 are still made.
+        shapes: input shapes fixed by the user (:data:`SHAPE_OPTIONS`): batch_size and sequence_length
+            replace those of the short verify shapes and the benchmark's; the others (image size,
+            channels, audio samples, mel bins and frames, choices) are fed at every shape.
+        optimization: the level the fp32 graph is optimized at when ``optimize`` is on (O1, O2, O3:
+            ``--optimize``); a manifest row's ``optimize`` overrides it for its job.
         benchmark: measure latency; False skips the benchmark stage (``--no-benchmark``).
     """
 
@@ -179,6 +189,8 @@ class Settings:
     external_data_threshold: int = 2 * 1024**3
     optimize: bool = True
     benchmark: bool = True
+    optimization: str = DEFAULT_OPTIMIZATION
+    shapes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -198,32 +210,6 @@ class StageResult:
     seconds: float
     peak_mem_mb: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class OutputCheck:
-    """ONNX Runtime vs PyTorch on one output at one input shape.
-
-    Attributes:
-        output: output name.
-        shape: the input shape label, e.g. ``"1x7"``.
-        max_abs / max_rel / mean_abs: error statistics.
-        cosine: cosine similarity of the flattened tensors.
-        nan / inf: count of non-finite values in the ONNX output.
-        passed: whether this output met the variant's tolerance.
-        mismatch: why the two outputs could not be compared (their shapes differ), or None.
-    """
-
-    output: str
-    shape: str
-    max_abs: float
-    max_rel: float
-    mean_abs: float
-    cosine: float
-    nan: int = 0
-    inf: int = 0
-    passed: bool = True
-    mismatch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -275,21 +261,21 @@ class VariantResult:
     max_rel: float | None = None
     mean_abs: float | None = None
     min_cosine: float | None = None
-    ort_p50_ms: float | None = None
-    ort_p90_ms: float | None = None
-    torch_p50_ms: float | None = None
-    torch_p90_ms: float | None = None
-    speedup: float | None = None
-    ort_runs: int | None = None
-    ort_spread: float | None = None
-    torch_runs: int | None = None
-    torch_spread: float | None = None
-    bench_threads: int | None = None
-    bench_shape: str | None = None
-    bench_cpu: str | None = None
-    bench_load: float | None = None
-    bench_noisy: bool | None = None
-    bench_note: str | None = None
+    ort_p50_ms: float | None = field(default=None, metadata=LATENCY)
+    ort_p90_ms: float | None = field(default=None, metadata=LATENCY)
+    torch_p50_ms: float | None = field(default=None, metadata=LATENCY)
+    torch_p90_ms: float | None = field(default=None, metadata=LATENCY)
+    speedup: float | None = field(default=None, metadata=LATENCY)
+    ort_runs: int | None = field(default=None, metadata=LATENCY)
+    ort_spread: float | None = field(default=None, metadata=LATENCY)
+    torch_runs: int | None = field(default=None, metadata=LATENCY)
+    torch_spread: float | None = field(default=None, metadata=LATENCY)
+    bench_threads: int | None = field(default=None, metadata=LATENCY)
+    bench_shape: str | None = field(default=None, metadata=LATENCY)
+    bench_cpu: str | None = field(default=None, metadata=LATENCY)
+    bench_load: float | None = field(default=None, metadata=LATENCY)
+    bench_noisy: bool | None = field(default=None, metadata=LATENCY)
+    bench_note: str | None = field(default=None, metadata=LATENCY)
     optimizer: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[OutputCheck, ...] = ()
     generation_steps: int | None = None
@@ -297,6 +283,10 @@ class VariantResult:
     generation_min_cosine: float | None = None
     generation_token_match: float | None = None
     generation_note: str | None = None
+
+
+# The latency columns of a variant, in VariantResult's order (results columns of the same names).
+LATENCY_FIELDS = tuple(f.name for f in dataclasses.fields(VariantResult) if f.metadata.get("latency"))
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,6 @@ import contextlib
 import copy
 import random
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +47,14 @@ import numpy as np
 
 from . import shapes
 from .errors import VerifyError, is_our_bug
+from .job import Artifact, Component, ExportedModel
+from .job import Branch as Branch
+from .job import Case as Case
+from .job import CaseKey as CaseKey
+from .job import ModuleState as ModuleState
+from .job import RuntimeCache as RuntimeCache
+from .job import SessionKey as SessionKey
+from .job import TorchAlone as TorchAlone
 from .records import Settings
 
 if TYPE_CHECKING:
@@ -58,7 +64,6 @@ if TYPE_CHECKING:
     from optimum.exporters.onnx import OnnxConfig
     from transformers import PreTrainedTokenizerBase
 
-    from .stages import Artifact, Component, ExportedModel
 
 CPU = ("CPUExecutionProvider",)
 # Fixed text, so every run and every variant sees the same tokens.
@@ -70,117 +75,6 @@ SENTENCES = (
     "Please translate this sentence into French before the meeting starts tomorrow.",
 )
 _ORT_FLOAT = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
-
-
-class Branch(str, Enum):
-    """Which graph of a component a case runs: the whole graph, or one branch of a merged decoder."""
-
-    WHOLE = ""
-    NO_CACHE = "no-cache"  # the first decoding step: no past yet
-    CACHE = "cache"  # every later step: the past of the steps before
-
-
-@dataclass
-class Case:
-    """One component's inputs at one shape, and PyTorch's outputs for them.
-
-    Attributes:
-        label: the shape label recorded in OutputCheck.shape: batch x length (tokens; the
-            frames or samples of an audio encoder), and the branch (``3x19``, ``1x7/cache``).
-        branch: which graph of the component it runs.
-        torch_inputs: keyword arguments of the torch module's forward.
-        feed: ONNX Runtime inputs by graph input name (fp32 / int64 numpy).
-        reference: PyTorch outputs by ONNX output name.
-        outputs: the graph outputs this case checks (a merged decoder's cache branch
-            passes the constant cross-attention cache through unchecked, as optimum does).
-        config: the OnnxConfig (branch) that generated it; its patcher feeds and reads the torch module.
-        keep: per output whose tokens the attention mask pads, where the mask keeps a token
-            (boolean, the reference's shape); outputs without padding are not listed.
-    """
-
-    label: str
-    branch: Branch
-    torch_inputs: dict[str, Any]
-    feed: dict[str, np.ndarray]
-    reference: dict[str, np.ndarray]
-    outputs: tuple[str, ...]
-    config: OnnxConfig
-    keep: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-# (graph file, intra-op threads, providers)
-SessionKey = tuple[str, int, tuple[str, ...]]
-# (component, *sorted dummy-generator shape arguments): the shape as fed
-CaseKey = tuple[str | tuple[str, int], ...]
-
-
-@dataclass
-class RuntimeCache:
-    """What one job's verify and benchmark stages share; lives on ``ExportedModel.cache``, never recorded.
-
-    Attributes:
-        sessions: ONNX Runtime sessions by graph file, threads and providers (a verifying
-            child's own; the job's process opens its sessions in the benchmark and closes them there).
-        cases: inputs and PyTorch outputs per component and shape, one Case per branch.
-        references_done: every case the job needs is computed (``verify.references``); from
-            then on no PyTorch forward may run, as forked children read these cases.
-        failed: the cases whose inputs or PyTorch forward failed, by key: asked again, the same
-            error is raised (after ``references_done`` there is no second try).
-        tokenizer: the checkpoint's tokenizer, None when it has no usable one.
-        tokenizer_loaded: whether ``tokenizer`` was looked for yet.
-        unrepeatable: components whose PyTorch forward gave other outputs the second time on
-            the same input (a model that samples), with the outputs that differed.
-        torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
-            held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
-            could not be timed, and the load average around it; None when PyTorch is timed with the variants.
-        generation: PyTorch's greedy generation (:mod:`zoo_convert.generation`), memoized; None before it ran.
-    """
-
-    sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
-    cases: dict[CaseKey, dict[Branch, Case]] = field(default_factory=dict)
-    references_done: bool = False
-    failed: dict[CaseKey, Exception] = field(default_factory=dict)
-    tokenizer: PreTrainedTokenizerBase | None = None
-    tokenizer_loaded: bool = False
-    unrepeatable: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    torch_alone: TorchAlone | None = None
-    generation: Any = None
-
-
-@dataclass(frozen=True)
-class TorchAlone:
-    """PyTorch timed on its own before the variants were made (see ``RuntimeCache.torch_alone``)."""
-
-    ms: tuple[float, ...]
-    failed: tuple[str, str | None] | None
-    load: float
-
-
-class ModuleState:
-    """A torch module tree's Python-level state (attributes, child modules, parameter and buffer slots).
-
-    :meth:`restore` puts back what a forward pass replaced: swapped submodules,
-    re-registered buffers, switched flags. Tensors are shared, not copied, so it
-    costs a few dicts per module; a tensor changed in place stays changed.
-    """
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        self._saved = [
-            (m, dict(vars(m)), dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in module.modules()
-        ]
-        # optimum's patcher sets ``use_cache`` on every submodule's config in place (a T5 encoder's
-        # too, which then refuses to run in generate()): the configs are part of the model as loaded.
-        configs = {id(c): c for m in module.modules() if (c := getattr(m, "config", None)) is not None}
-        self._configs = [(c, dict(vars(c))) for c in configs.values() if hasattr(c, "__dict__")]
-
-    def restore(self) -> None:
-        for module, attrs, modules, parameters, buffers in self._saved:
-            state = vars(module)
-            state.clear()
-            state.update(attrs, _modules=dict(modules), _parameters=dict(parameters), _buffers=dict(buffers))
-        for config, saved in self._configs:
-            vars(config).clear()
-            vars(config).update(saved)
 
 
 def ort_session(
@@ -237,6 +131,9 @@ def cases(
     if config is None:
         raise VerifyError(f"component {comp.name} carries no OnnxConfig to generate inputs from")
     kwargs = shape_kwargs(exported.checkpoint.path, config, batch, seq, audio_samples)
+    # What the user fixed beyond batch, length and audio samples (image size, channels, ...) wins at every shape.
+    kwargs.update({k: v for k, v in settings.shapes.items()
+                   if k not in ("batch_size", "sequence_length", "audio_sequence_length")})  # fmt: skip
     memo = exported.cache.cases
     # Keyed by what is fed: a whisper encoder sees the same 30 s at every requested length.
     key: CaseKey = (comp.name, *sorted(kwargs.items()))

@@ -71,13 +71,16 @@ def verify_shapes(config: OnnxConfig, folder: Path, settings: Settings) -> list[
     """The short shapes, then the long one unless switched off or the component has no length to grow.
 
     Images have none, nor has a model whose config fixes its length (:func:`fixed_length`):
-    it runs at that length at every batch of the short shapes.
+    it runs at that length at every batch of the short shapes. Shapes the user fixed
+    (``Settings.shapes``: ``--batch-size``, ``--sequence-length``...) replace the defaults.
     """
-    fixed = fixed_length(config._config)
-    if fixed is not None:
-        batches = dict.fromkeys(b for b, _ in settings.verify_shapes)
-        return [Shape(b, fixed, fixed * AUDIO_SAMPLES_PER_STEP) for b in batches]
-    found = [Shape(b, s, s * AUDIO_SAMPLES_PER_STEP) for b, s in settings.verify_shapes]
+    given = settings.shapes
+    length = fixed_length(config._config)
+    if length is not None:
+        batches = dict.fromkeys(given.get("batch_size", b) for b, _ in settings.verify_shapes)
+        return [Shape(b, length, length * AUDIO_SAMPLES_PER_STEP) for b in batches]
+    pairs = dict.fromkeys((given.get("batch_size", b), given.get("sequence_length", s)) for b, s in settings.verify_shapes)
+    found = [Shape(b, s, given.get("audio_sequence_length", s * AUDIO_SAMPLES_PER_STEP)) for b, s in pairs]
     if settings.verify_long and has_length(config):
         found.append(Shape(LONG_BATCH, long_sequence(config._config), long_audio_samples(folder), long=True))
     return found

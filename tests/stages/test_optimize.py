@@ -286,6 +286,26 @@ def test_no_optimize_keeps_the_plain_export_as_fp32(exports, tmp_path: Path) -> 
     assert all("error" not in a.details for a in artifacts.values())
 
 
+@pytest.mark.parametrize("level", ["O1", "O3"])
+def test_optimization_levels_as_optimum_cli_maps_them(exports, tmp_path: Path, level: str) -> None:
+    """O1: ONNX Runtime's basic optimizations, no fusion; O3: the fusions plus FastGelu; both still match the export."""
+    exported = _exported(exports["bert"], tmp_path)
+    plain = exports["bert"] / "onnx" / "model.onnx"
+    fp32 = optimize(exported, ("fp32",), Settings(optimization=level))["fp32"]
+    assert fp32.details["level"] == fp32.details["components"]["model"]["level"] == level
+    ops = _census(fp32.files["model"])
+    if level == "O1":
+        assert fp32.details["methods"] == ["ort_basic"] and fp32.details["fusion_applied"] is False
+        assert ops["Attention"] == ops["FastGelu"] == 0
+        # The export's weights are back inside the graph, not left pointing at the export's data file.
+        assert not onnx_graph.data_path(fp32.files["model"]).exists()
+    else:
+        assert fp32.details["methods"] == ["transformers_optimizer"] and ops["Attention"] > 0
+        assert ops["FastGelu"] > 0 and ops["Gelu"] == 0 and fp32.details["fused_ops"]["FastGelu"] > 0
+    feeds = _feeds(plain, exported.checkpoint.config)
+    assert np.abs(_outputs(fp32.files["model"], feeds) - _outputs(plain, feeds)).max() < 1e-4
+
+
 def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -> None:
     exported = _exported(exports["resnet"], tmp_path)
     artifacts = optimize(exported, VARIANTS, Settings())

@@ -26,17 +26,25 @@ from .card import model_card
 from .files import repo_files
 from .hub import HubClient
 from .publisher import (
+    DEFAULT_MAX_TIME_S,
     DEFAULT_REPO_TEMPLATE,
+    TEMPLATE_FIELDS,
     Publication,
     PublicationStatus,
     PublishOptions,
+    Selection,
     publish_candidate,
     publish_run,
     repo_id_for,
+    select,
 )
 
 __all__ = [
+    "DEFAULT_MAX_TIME_S",
     "DEFAULT_REPO_TEMPLATE",
+    "TEMPLATE_FIELDS",
+    "Selection",
+    "select",
     "Candidate",
     "HubClient",
     "Publication",

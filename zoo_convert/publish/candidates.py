@@ -3,42 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..records import PASSED, VARIANTS
+from ..records import PASSED, VARIANTS, VariantResult
 from ..store import ResultStore
 from ..store import queries
 
 
-@dataclass(frozen=True)
-class VariantRow:
-    """One variant of a candidate, as the results DB recorded it."""
-
-    variant: str
-    status: str
-    file: str | None
-    size_bytes: int | None = None
-    max_abs: float | None = None
-    min_cosine: float | None = None
-    ort_p50_ms: float | None = None
-    torch_p50_ms: float | None = None
-    speedup: float | None = None
-    ort_runs: int | None = None
-    ort_spread: float | None = None
-    torch_runs: int | None = None
-    torch_spread: float | None = None
-    bench_threads: int | None = None
-    bench_shape: str | None = None
-    bench_cpu: str | None = None
-    bench_load: float | None = None
-    bench_noisy: bool | None = None
-    bench_note: str | None = None
-    generation_steps: int | None = None
-    generation_max_abs: float | None = None
-    generation_min_cosine: float | None = None
-    generation_token_match: float | None = None
-    generation_note: str | None = None
+# A variant as the results DB recorded it: the record itself (its outputs and optimizer details not read).
+VariantRow = VariantResult
 
 
 @dataclass(frozen=True)
@@ -49,6 +23,8 @@ class Candidate:
         run_id / job_key: where it was recorded.
         source / revision / resolved_revision: the checkpoint it came from.
         task / model_type / exporter / opset: how it was converted.
+        library: the checkpoint's library as the pipeline read it (transformers, timm, ...).
+        tags: the manifest row's tags.
         job_status: passed or failed, as the pipeline decided.
         artifacts_dir: folder holding onnx/ and the side files.
         versions: toolchain versions it was converted and verified with.
@@ -72,6 +48,8 @@ class Candidate:
     finished_at: str | None = None
     variants: tuple[VariantRow, ...] = ()
     tolerances: dict[str, float] = field(default_factory=dict)
+    library: str | None = None
+    tags: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -105,49 +83,23 @@ def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Cand
         versions=job["versions"],
         finished_at=job["finished_at"],
         variants=tuple(
-            VariantRow(
-                variant=r["variant"],
-                status=r["status"],
-                file=r["file"],
-                size_bytes=r["size_bytes"],
-                max_abs=r["max_abs"],
-                min_cosine=r["min_cosine"],
-                ort_p50_ms=r["ort_p50_ms"],
-                torch_p50_ms=r["torch_p50_ms"],
-                speedup=r["speedup"],
-                # A DB written before migration 8 has no latency conditions: its figures are shown without them.
-                **{name: r.get(name) for name in _CONDITIONS},
-                # ... nor, before migration 9, the generation check: shown as not run.
-                **{name: r.get(name) for name in _GENERATION},
-            )
+            # A DB written before a column existed (the latency conditions: migration 8) gives None for it.
+            VariantResult(**_columns(r))
             for r in sorted(rows, key=lambda r: VARIANTS.index(r["variant"]) if r["variant"] in VARIANTS else 99)
             if r["variant"] is not None
         ),
         tolerances=tolerances,
+        library=job.get("library"),
+        tags=tuple(job.get("tags") or ()),
     )
 
 
-_CONDITIONS = (
-    "ort_runs",
-    "ort_spread",
-    "torch_runs",
-    "torch_spread",
-    "bench_threads",
-    "bench_shape",
-    "bench_cpu",
-    "bench_load",
-    "bench_noisy",
-    "bench_note",
-)
+# The VariantResult fields read back from results columns of the same name.
+_COLUMNS = tuple(f.name for f in fields(VariantResult) if f.name not in ("optimizer", "outputs"))
 
 
-_GENERATION = (
-    "generation_steps",
-    "generation_max_abs",
-    "generation_min_cosine",
-    "generation_token_match",
-    "generation_note",
-)
+def _columns(row: dict[str, Any]) -> dict[str, Any]:
+    return {name: row.get(name) for name in _COLUMNS}
 
 
 def _tolerances(settings: dict[str, Any]) -> dict[str, float]:

@@ -1,9 +1,21 @@
-"""The model card (README.md) of a published repo: Hub metadata, what was verified, how to load it."""
+"""The model card (README.md) of a published repo: Hub metadata, what was verified, how to load it.
+
+The card's ``library_name`` is the library the repo is for (:func:`card_library`): the
+sentence-transformers modules in the repo make it ``sentence-transformers``, else the
+checkpoint's library as fetch read it, through :data:`CARD_LIBRARIES`. ``transformers.js``
+is a tag (and a usage section) where that library's repos load in it.
+
+Text that comes from the checkpoint, the manifest or the machine (paths, model types,
+versions, a CPU's name) is written with its control and bidirectional-formatting
+characters escaped (:func:`printable`): a card reads as what it says.
+"""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +63,55 @@ ORT_CLASSES = {
     "audio-classification": "ORTModelForAudioClassification",
     "automatic-speech-recognition": "ORTModelForSpeechSeq2Seq",
 }
+
+
+@dataclass(frozen=True)
+class CardLibrary:
+    """The library a repo's card says it is for.
+
+    Attributes:
+        library_name: the Hub's ``library_name`` (which library's widget and snippets the Hub shows).
+        transformers_js: whether transformers.js loads the repo: the card then has the
+            ``transformers.js`` tag and its usage section.
+    """
+
+    library_name: str
+    transformers_js: bool = False
+
+
+# results.library (or sentence-transformers, see card_library) -> what the card says; a library
+# not listed here is named as it is, without transformers.js.
+CARD_LIBRARIES: dict[str, CardLibrary] = {
+    "transformers": CardLibrary("transformers", transformers_js=True),
+    "sentence-transformers": CardLibrary("sentence-transformers", transformers_js=True),
+    # the card's usage section preprocesses as the checkpoint's pretrained_cfg says (_timm_usage)
+    "timm": CardLibrary("timm"),
+}
+
+
+def card_library(c: Candidate) -> CardLibrary:
+    """The library a candidate's repo is for: sentence-transformers when its modules are in the repo, else its own."""
+    if c.artifacts_dir and Path(c.artifacts_dir, "modules.json").is_file():
+        library = "sentence-transformers"
+    else:
+        library = c.library or "transformers"
+    return CARD_LIBRARIES.get(library, CardLibrary(library))
+
+
+# Bidirectional formatting characters (Unicode's Bidi_Control): they reorder how the text around them reads.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: object, *, keep_newlines: bool = False) -> str:
+    """``text`` with control and bidirectional-formatting characters written as ``\\uXXXX`` escapes."""
+    return "".join(
+        f"\\u{ord(ch):04x}"
+        if (ch in _BIDI or unicodedata.category(ch) == "Cc") and not (keep_newlines and ch == "\n")
+        else ch
+        for ch in str(text)
+    )
+
+
 # What each variant is, for the card's dtype table.
 VARIANT_NOTES = {
     "fp32": "float32, graph-optimized",
@@ -78,29 +139,29 @@ def model_card(
     hub = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
     pipeline_tag = PIPELINE_TAGS.get((c.task or "").removesuffix("-with-past"))
     from_hub = not is_local(c.source)
-    timm_cfg = _timm_pretrained_cfg(c)
-    library = "timm" if timm_cfg is not None else "transformers.js"
+    library = card_library(c)
+    timm_cfg = _timm_pretrained_cfg(c) if library.library_name == "timm" else None
     data = ModelCardData(
-        base_model=c.source if from_hub else None,
-        library_name=library,
+        base_model=printable(c.source) if from_hub else None,
+        library_name=library.library_name,
         pipeline_tag=pipeline_tag,
-        license=license,
-        tags=["onnx", "onnxruntime", "optimum", library, "zoo-convert", *([c.model_type] if c.model_type else [])],
+        license=printable(license) if license else None,
+        tags=["onnx", "onnxruntime", "optimum", *(["transformers.js"] if library.transformers_js else []), "zoo-convert",
+              *([printable(c.model_type)] if c.model_type else [])],
     )
     name = repo_id.split("/")[-1]
     rev = (c.resolved_revision or "").split(":")[-1][:12]
     origin = (
-        f"[`{c.source}`]({hub}/{c.source}) at revision `{rev}`"
+        f"[`{printable(c.source)}`]({hub}/{printable(c.source)}) at revision `{printable(rev)}`"
         if from_hub
-        else f"a local checkpoint `{Path(c.source).name}` (content hash `{rev}`)"
+        else f"a local checkpoint `{printable(Path(c.source).name)}` (content hash `{printable(rev)}`)"
     )
     in_repo = set(variants) if variants is not None else {v.variant for v in c.variants if v.status == PASSED}
     published = [v for v in c.variants if v.variant in in_repo]
-    dtypes = [d for v in published for d in JS_DTYPES.get(v.variant, ())] or ["fp32"]
     lines = [
         f"# {name}",
         "",
-        f"ONNX export of {origin}, made with {c.exporter or 'optimum'} at opset {c.opset} by zoo_convert "
+        f"ONNX export of {origin}, made with {printable(c.exporter or 'optimum')} at opset {c.opset} by zoo_convert "
         "and verified against PyTorch with ONNX Runtime before publishing.",
         "",
         "## Verification",
@@ -108,7 +169,7 @@ def model_card(
         "| variant | file | size | max abs error | tolerance | min cosine | ORT p50 | PyTorch p50 | speedup | status |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         *(
-            f"| {v.variant} | {f'`{v.file}`' if v.variant in in_repo else 'not published'} | {_mb(v.size_bytes)} "
+            f"| {v.variant} | {f'`{printable(v.file)}`' if v.variant in in_repo else 'not published'} | {_mb(v.size_bytes)} "
             f"| {_sci(v.max_abs)} | {_sci(c.tolerances.get(v.variant))} | {_fixed(v.min_cosine, 6)} "
             f"| {_latency(v, v.ort_p50_ms, ' ms')} | {_latency(v, v.torch_p50_ms, ' ms')} | {_latency(v, v.speedup, 'x')} "
             f"| {v.status} |"
@@ -117,8 +178,8 @@ def model_card(
         "",
         *_latency_conditions(c.variants),
         *_generation(c.variants),
-        f"Task `{c.task}`, model type `{c.model_type}`, verified {(c.finished_at or '')[:10]} with "
-        + ", ".join(f"{k} {v}" for k, v in sorted(c.versions.items()))
+        f"Task `{printable(c.task)}`, model type `{printable(c.model_type)}`, verified {(c.finished_at or '')[:10]} with "
+        + ", ".join(f"{printable(k)} {printable(v)}" for k, v in sorted(c.versions.items()))
         + ".",
         "",
         "## Usage",
@@ -136,7 +197,10 @@ def model_card(
         ),
         "```",
         "",
-        *(_timm_usage(repo_id, timm_cfg, published) if timm_cfg is not None else _js_usage(c, repo_id, pipeline_tag, published, dtypes)),
+        *(
+            _timm_usage(repo_id, timm_cfg, published) if timm_cfg is not None
+            else _transformers_js(c, repo_id, pipeline_tag, published) if library.transformers_js else []
+        ),
         *(
             [
                 "With [sentence-transformers](https://sbert.net) (its modules are in the repo):",
@@ -152,12 +216,14 @@ def model_card(
             else []
         ),
     ]
-    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+    # Whatever a field above did not escape (a CPU's name, a note) is escaped here; the card's own newlines stay.
+    card = ModelCard(printable(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines), keep_newlines=True))
     return str(card)
 
 
-def _js_usage(c: Candidate, repo_id: str, pipeline_tag: str | None, published: list[VariantRow], dtypes: list[str]) -> list[str]:
-    """How transformers.js loads the repo, and which dtype names which file."""
+def _transformers_js(c: Candidate, repo_id: str, pipeline_tag: str | None, published: list[VariantRow]) -> list[str]:
+    """The card's transformers.js section: the pipeline call and which ``dtype`` loads which file."""
+    dtypes = [d for v in published for d in JS_DTYPES.get(v.variant, ())] or ["fp32"]
     shared = next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None)
     return [
         "With [Transformers.js](https://huggingface.co/docs/transformers.js):",
@@ -165,13 +231,13 @@ def _js_usage(c: Candidate, repo_id: str, pipeline_tag: str | None, published: l
         "```js",
         "import { pipeline } from '@huggingface/transformers';",
         "",
-        f"const pipe = await pipeline('{pipeline_tag or c.task}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
+        f"const pipe = await pipeline('{pipeline_tag or printable(c.task)}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
         "```",
         "",
         "| `dtype` | file | variant |",
         "|---|---|---|",
         *(
-            f"| `'{d}'` | `{_named(v.file, v.variant, d)}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
+            f"| `'{d}'` | `{printable(_named(v.file, v.variant, d))}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
             for v in published
             if v.file
             for d in JS_DTYPES.get(v.variant, ())

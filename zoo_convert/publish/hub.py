@@ -1,4 +1,8 @@
-"""The Hub calls publishing makes, each retried after a 429, a 5xx or a connection error.
+"""The Hub calls publishing makes, each retried after a 429, a 5xx or a dropped connection.
+
+A Hub that cannot be reached at all (connection refused, a host name with no address, no
+route) is not retried: :class:`~zoo_convert.errors.HubUnreachableError` names the endpoint
+at once. Retries never wait past the client's deadline (the publish's time budget).
 
 Every request also draws from the process's Hub request budget once one is installed
 (:mod:`zoo_convert.hub_budget`, as the CLI does), which paces them, pauses every caller
@@ -8,13 +12,15 @@ cannot send twice (a commit's streamed body) and the Hub's own hiccups.
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import PublishError, UsageError
+from ..errors import HubUnreachableError, PublishError, UsageError
 from ..hub_budget import retry_after
 from ..sources import is_local
 
@@ -35,6 +41,7 @@ class HubClient:
         endpoint: the Hub URL (huggingface_hub's default when None was given).
         max_retries: retries of one call after a 429, a 5xx or a connection error.
         backoff_s / max_backoff_s: first and largest wait between retries without Retry-After.
+        deadline: ``time.monotonic()`` after which no retry is waited for (None: no limit).
     """
 
     def __init__(
@@ -45,12 +52,14 @@ class HubClient:
         max_retries: int = 8,
         backoff_s: float = 2.0,
         max_backoff_s: float = 600.0,
+        deadline: float | None = None,
     ) -> None:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi, constants
 
         self.api = HfApi(endpoint=endpoint, token=token or False)
-        self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+        self.endpoint = (endpoint or constants.ENDPOINT or DEFAULT_ENDPOINT).rstrip("/")
         self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
+        self.deadline = deadline
         self._token = token
 
     def check_token(self) -> str:
@@ -110,15 +119,25 @@ class HubClient:
         return text.replace(self._token, "***") if self._token else text
 
     def retry(self, fn: Callable[[], T], what: str) -> T:
-        """Call ``fn``; after a 429, 5xx or connection error wait (Retry-After first) and call again."""
+        """Call ``fn``; after a 429, 5xx or dropped connection wait (Retry-After first) and call again.
+
+        A Hub that cannot be reached raises :class:`HubUnreachableError` at once; a wait that
+        would end past the deadline raises :class:`PublishError` instead of waiting.
+        """
         attempt = 0
         while True:
             try:
                 return fn()
             except Exception as exc:
+                down = unreachable(exc)
+                if down is not None:
+                    raise HubUnreachableError(f"cannot reach the Hub at {self.endpoint}: {down}",
+                                              endpoint=self.endpoint, reason=down) from None
                 wait = self._retry_wait(exc, attempt)
                 if wait is None or attempt >= self.max_retries:
                     raise
+                if self.deadline is not None and time.monotonic() + wait > self.deadline:
+                    raise PublishError(f"{what}: {_reason(exc)}; not retried, the publish's time budget is spent") from exc
                 attempt += 1
                 log.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _reason(exc), wait, attempt, self.max_retries)
                 time.sleep(wait)
@@ -163,12 +182,41 @@ class HubClient:
         return None
 
 
+# What a connection attempt answered when there is nobody to retry against.
+_NO_ROUTE = {errno.ENETUNREACH: "network unreachable", errno.EHOSTUNREACH: "no route to host"}
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why the Hub cannot be reached at all, when ``exc`` says so: refused, no DNS answer, no route; else None.
+
+    A timeout, a reset or a dropped connection is not in this list: those are retried.
+    Looks down the cause chain: the client wraps an upload thread's error in its own.
+    """
+    import requests
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, requests.Timeout):
+            return None
+        if isinstance(cur, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cur, socket.gaierror):
+            return f"DNS lookup failed ({cur.strerror or cur})"
+        if isinstance(cur, OSError) and cur.errno in _NO_ROUTE:
+            return _NO_ROUTE[cur.errno]
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def _reason(exc: BaseException) -> str:
     seen: BaseException | None = exc
     while seen is not None:
         # A requests.Response is falsy for error statuses: compare with None, never rely on truthiness.
         response = getattr(seen, "response", None)
         if response is not None:
-            return f"HTTP {response.status_code}"
+            status = response.status_code
+            return "rate limited (HTTP 429)" if status == 429 else f"HTTP {status}"
         seen = seen.__cause__
     return type(exc).__name__

@@ -61,8 +61,10 @@ def bench_cases(exported: ExportedModel, settings: Settings) -> list[tuple[Compo
     found: list[tuple[Component, Case]] = []
     for comp in exported.components:
         # Inputs only: PyTorch's outputs at the benchmark's shape are never compared.
+        fixed = settings.shapes
         by_branch = cases(
-            exported, comp, BENCH_BATCH, BENCH_SEQUENCE, settings, audio_samples=BENCH_AUDIO_SAMPLES, reference=False
+            exported, comp, fixed.get("batch_size", BENCH_BATCH), fixed.get("sequence_length", BENCH_SEQUENCE), settings,
+            audio_samples=fixed.get("audio_sequence_length", BENCH_AUDIO_SAMPLES), reference=False,
         )
         # A merged decoder is timed on its cache branch: one step after the prompt.
         found.append((comp, by_branch[Branch.CACHE] if Branch.CACHE in by_branch else by_branch[Branch.WHOLE]))

@@ -10,7 +10,12 @@ Per component, in this order (it matters):
          uint8 is the same with unsigned weights.
    q4    4-bit block-wise weight-only quantization of the plain export's MatMuls
          (``MatMulNBits``), as transformers.js's ``q4``: see :func:`_q4`.
-2. fp32  the first candidate that loads, runs and matches PyTorch (verify's own checks):
+2. fp32  at the level asked (``Settings.optimization``, optimum-cli's ``--optimize``; levels as
+         optimum's ``AutoOptimizationConfig`` maps them): O1 is ONNX Runtime's basic graph
+         optimizations alone (ORT_ENABLE_BASIC, no fuser); O2, the default, is what follows;
+         O3 is O2 with the fuser's GELU approximation (FastGelu), kept only when it still
+         matches PyTorch within the fp32 tolerance. (O4, O3 in fp16, is the fp16 variant.)
+         The first candidate that loads, runs and matches PyTorch (verify's own checks):
          the onnxruntime transformers optimizer where the model type maps to one of its
          fusers (its Python fusions, without ORT's symbolic shape inference, after ORT's
          basic optimizations where a fuser needs them: :data:`FUSION_OPT_LEVEL`); else, or
@@ -431,29 +436,36 @@ def _fp32(
                        "note": "optimization off (--no-optimize)"}  # fmt: skip
         return _timed(_Made(path, unoptimized, _verified(exported, component, "fp32", path, settings, check)), t0)
     before = onnx_graph.op_census(component.graph.graph)
-    fusion_type = FUSION_TYPES.get(model_type)
+    level = settings.optimization
+    fusion_type = FUSION_TYPES.get(model_type) if level != "O1" else None
     details: dict[str, Any] = {
         "model_type": model_type,
+        "level": level,
         "optimizer_model_type": fusion_type,
         "checked_against_pytorch": check is not None and exported.cache.references_done,
     }
     notes: list[str] = []
     candidates: list[tuple[str, str, Callable[[], tuple[Path, Counter[str]]]]] = []
-    if fusion_type is None:
+    if level == "O1":
+        candidates.append(("ort_basic", "ORT basic optimization",
+                           lambda: _ort_offline(plain, out, external, basic=True)))  # fmt: skip
+    elif fusion_type is None:
         notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
     else:
-        level = FUSION_OPT_LEVEL.get(fusion_type, 0)
-        details["fusion_opt_level"] = level
+        opt_level = FUSION_OPT_LEVEL.get(fusion_type, 0)
+        details["fusion_opt_level"] = opt_level
 
         def fused() -> tuple[Path, Counter[str]]:
             step("the transformers optimizer", f"fusing {plain.name}")
             path, details["fused_operator_statistics"], census = _fuse(
-                plain, out, fusion_type, _config(exported, component), external, level
+                plain, out, fusion_type, _config(exported, component), external, opt_level, gelu_approximation=level == "O3"
             )
             return path, census
 
-        candidates.append(("transformers_optimizer", f"transformers optimizer ({fusion_type})", fused))
-    candidates.append(("ort_offline", "ORT offline optimization", lambda: _ort_offline(plain, out, external)))
+        label = f"transformers optimizer ({fusion_type}{', GELU approximation' if level == 'O3' else ''})"
+        candidates.append(("transformers_optimizer", label, fused))
+    if level != "O1":
+        candidates.append(("ort_offline", "ORT offline optimization", lambda: _ort_offline(plain, out, external)))
     for method, label, build in candidates:
         try:
             path, census = build()
@@ -513,9 +525,12 @@ def _as_final(plain: Path, out: Path, external: bool) -> Path:
 
 
 def _fuse(
-    plain: Path, out: Path, fusion_type: str, config: dict[str, Any], external: bool, opt_level: int
+    plain: Path, out: Path, fusion_type: str, config: dict[str, Any], external: bool, opt_level: int,
+    *, gelu_approximation: bool = False,
 ) -> tuple[Path, dict[str, int], Counter[str]]:
     """The transformers optimizer's Python fusions, after ORT's hardware-independent ``opt_level`` (0: none, 1: basic).
+
+    ``gelu_approximation`` turns Gelu into FastGelu (tanh), as optimum's O3 does.
 
     Without ORT's symbolic shape inference, as optimum's ``--optimize`` runs them: it copies
     the whole model each time a fusion asks (5 times for bert) and keeps the copies.
@@ -526,6 +541,7 @@ def _fuse(
     heads, hidden = _heads_hidden(config)
     options = FusionOptions(fusion_type)
     options.enable_shape_inference = False
+    options.enable_gelu_approximation = gelu_approximation
     optimizer = optimize_model(
         str(plain),
         model_type=fusion_type,
@@ -542,15 +558,19 @@ def _fuse(
     return out, stats, census
 
 
-def _ort_offline(plain: Path, out: Path, external: bool) -> tuple[Path, Counter[str]]:
-    """ONNX Runtime's own graph optimizations, saved instead of run."""
+def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False) -> tuple[Path, Counter[str]]:
+    """ONNX Runtime's own graph optimizations, saved instead of run: extended, or only the basic ones (O1)."""
     import onnxruntime as ort
 
     step(ORT, f"optimizing {plain.name}")
     opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if basic else ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    )
     opts.optimized_model_filepath = str(out)
-    if external:
+    # The basic level leaves the export's weights as they are: saved, they would still point at the
+    # export's data file. Written to out's own data file, then put back inside unless the model is big.
+    if external or basic:
         opts.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
         )
@@ -559,6 +579,8 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> tuple[Path, Counter[
         )
     onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
+    if basic and not external and onnx_graph.data_path(out).exists():
+        onnx_graph.save(onnx.load(str(out)), out, external=False)
     return out, _census(out)
 
 
@@ -669,6 +691,7 @@ def _summarize(art: Artifact) -> None:
         art.details["fusion_applied"] = any(p.get("fusion_applied") for p in parts)
         art.details["fused_ops"] = dict(sum((Counter(p.get("fused_ops", {})) for p in parts), Counter()))
         art.details["methods"] = sorted({p["method"] for p in parts if "method" in p})
+        art.details["level"] = next((p["level"] for p in parts if "level" in p), None)  # None: --no-optimize
     if art.variant in ("int8", "uint8"):
         art.details["quantization"] = f"dynamic {'QInt8' if art.variant == 'int8' else 'QUInt8'} per-channel"
     if art.variant == "q4":

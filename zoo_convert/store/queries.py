@@ -391,6 +391,19 @@ def job_results(store: ResultStore, run_id: str, job_keys: list[str] | None = No
     return out
 
 
+def latest_job_statuses(store: ResultStore, job_keys: list[str]) -> dict[str, int]:
+    """How many of these jobs' latest results are passed, failed, inconclusive (``job_status``)."""
+    if not job_keys:
+        return {}
+    rows = query(
+        store,
+        "SELECT status, count(*) FROM (SELECT arg_max(job_status, job_seq) AS status FROM results"
+        " WHERE list_contains(?, job_key) GROUP BY job_key) GROUP BY status",
+        [job_keys],
+    )[1]
+    return {str(s): int(n) for s, n in rows}
+
+
 def deferred_publications(store: ResultStore) -> list[dict[str, Any]]:
     """Jobs whose latest ``publications`` row says ``deferred``: run_id, job_key, repo_id, oldest deferral first."""
     columns, rows = query(

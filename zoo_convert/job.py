@@ -1,0 +1,354 @@
+"""The in-memory objects of one job: what the stages pass between them and what they share.
+
+    Checkpoint -> ExportedModel (Components, each with its graph, OnnxConfig and torch module)
+               -> Artifact per variant -> Verified (its checks) and Latency (its Timings)
+    RuntimeCache on ExportedModel.cache: sessions, Cases (inputs and PyTorch outputs) per shape
+
+Below both :mod:`zoo_convert.stages` (which re-exports the stage objects) and
+:mod:`zoo_convert.runtime` (which makes and reads the cases), so neither imports the other
+back. These objects live inside one process (they hold torch modules, optimum configs and
+ONNX Runtime sessions); what survives it is the ``records.ConversionResult``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .records import OutputCheck, Settings
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+    from .generation import Generation
+    from onnxruntime import InferenceSession
+    from optimum.exporters.onnx import OnnxConfig
+    from transformers import PreTrainedTokenizerBase
+
+
+class Branch(str, Enum):
+    """Which graph of a component a case runs: the whole graph, or one branch of a merged decoder."""
+
+    WHOLE = ""
+    NO_CACHE = "no-cache"  # the first decoding step: no past yet
+    CACHE = "cache"  # every later step: the past of the steps before
+
+
+@dataclass
+class Case:
+    """One component's inputs at one shape, and PyTorch's outputs for them.
+
+    Attributes:
+        label: the shape label recorded in OutputCheck.shape: batch x length (tokens; the
+            frames or samples of an audio encoder), and the branch (``3x19``, ``1x7/cache``).
+        branch: which graph of the component it runs.
+        torch_inputs: keyword arguments of the torch module's forward.
+        feed: ONNX Runtime inputs by graph input name (fp32 / int64 numpy).
+        reference: PyTorch outputs by ONNX output name.
+        outputs: the graph outputs this case checks (a merged decoder's cache branch
+            passes the constant cross-attention cache through unchecked, as optimum does).
+        config: the OnnxConfig (branch) that generated it; its patcher feeds and reads the torch module.
+        keep: per output whose tokens the attention mask pads, where the mask keeps a token
+            (boolean, the reference's shape); outputs without padding are not listed.
+    """
+
+    label: str
+    branch: Branch
+    torch_inputs: dict[str, Any]
+    feed: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    outputs: tuple[str, ...]
+    config: OnnxConfig
+    keep: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+# (graph file, intra-op threads, providers)
+SessionKey = tuple[str, int, tuple[str, ...]]
+# (component, *sorted dummy-generator shape arguments): the shape as fed
+CaseKey = tuple[str | tuple[str, int], ...]
+
+
+@dataclass
+class RuntimeCache:
+    """What one job's verify and benchmark stages share; lives on ``ExportedModel.cache``, never recorded.
+
+    Attributes:
+        sessions: ONNX Runtime sessions by graph file, threads and providers (a verifying
+            child's own; the job's process opens its sessions in the benchmark and closes them there).
+        cases: inputs and PyTorch outputs per component and shape, one Case per branch.
+        references_done: every case the job needs is computed (``verify.references``); from
+            then on no PyTorch forward may run, as forked children read these cases.
+        failed: the cases whose inputs or PyTorch forward failed, by key: asked again, the same
+            error is raised (after ``references_done`` there is no second try).
+        tokenizer: the checkpoint's tokenizer, None when it has no usable one.
+        tokenizer_loaded: whether ``tokenizer`` was looked for yet.
+        unrepeatable: components whose PyTorch forward gave other outputs the second time on
+            the same input (a model that samples), with the outputs that differed.
+        torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
+            held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
+            could not be timed, and the load average around it; None when PyTorch is timed with the variants.
+        generation: PyTorch's greedy generation (:mod:`zoo_convert.generation`), memoized; None before it ran.
+    """
+
+    sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
+    cases: dict[CaseKey, dict[Branch, Case]] = field(default_factory=dict)
+    references_done: bool = False
+    failed: dict[CaseKey, Exception] = field(default_factory=dict)
+    tokenizer: PreTrainedTokenizerBase | None = None
+    tokenizer_loaded: bool = False
+    unrepeatable: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    torch_alone: TorchAlone | None = None
+    generation: Any = None
+
+
+@dataclass(frozen=True)
+class TorchAlone:
+    """PyTorch timed on its own before the variants were made (see ``RuntimeCache.torch_alone``)."""
+
+    ms: tuple[float, ...]
+    failed: tuple[str, str | None] | None
+    load: float
+
+
+class ModuleState:
+    """A torch module tree's Python-level state (attributes, child modules, parameter and buffer slots).
+
+    :meth:`restore` puts back what a forward pass replaced: swapped submodules,
+    re-registered buffers, switched flags. Tensors are shared, not copied, so it
+    costs a few dicts per module; a tensor changed in place stays changed.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._saved = [
+            (m, dict(vars(m)), dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in module.modules()
+        ]
+        # optimum's patcher sets ``use_cache`` on every submodule's config in place (a T5 encoder's
+        # too, which then refuses to run in generate()): the configs are part of the model as loaded.
+        configs = {id(c): c for m in module.modules() if (c := getattr(m, "config", None)) is not None}
+        self._configs = [(c, dict(vars(c))) for c in configs.values() if hasattr(c, "__dict__")]
+
+    def restore(self) -> None:
+        for module, attrs, modules, parameters, buffers in self._saved:
+            state = vars(module)
+            state.clear()
+            state.update(attrs, _modules=dict(modules), _parameters=dict(parameters), _buffers=dict(buffers))
+        for config, saved in self._configs:
+            vars(config).clear()
+            vars(config).update(saved)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint on local disk, resolved and vetted.
+
+    Attributes:
+        path: folder holding config.json and the weights (a diffusers pipeline: model_index.json and its component folders).
+        resolved_revision: hub commit sha, or ``sha256:<hex>`` of a local folder's contents.
+        model_type: ``config.model_type``.
+        task: the task to export (given or inferred from ``config.architectures``).
+        library: transformers, sentence_transformers, timm, ...
+        config: the parsed config.json (a pipeline's model_index.json).
+        trust_remote_code: whether loading may run code from the checkpoint.
+    """
+
+    path: Path
+    resolved_revision: str
+    model_type: str
+    task: str
+    library: str
+    config: dict[str, Any]
+    trust_remote_code: bool = False
+
+
+@dataclass
+class Component:
+    """One ONNX graph of an export (``model``, ``encoder_model``, ``decoder_model_merged``...).
+
+    Attributes:
+        name: the file stem under onnx/ (``model`` -> onnx/model.onnx); a diffusers pipeline's
+            component folder (``unet`` -> unet/model.onnx).
+        path: the fp32 .onnx file as exported.
+        onnx_config: optimum's OnnxConfig for this component (input/output names,
+            dynamic axes, dummy input generators); both exporters set it.
+        torch_module: the PyTorch module as loaded that this graph mirrors (verify runs it unpatched).
+        as_loaded: the loaded model's state before the export ran it, put back before
+            every reference forward (shared by the components of one model).
+        graph: the exported graph without its weights (the job keeps them in ``<file>_data``
+            beside it): read once, for the op census, the input names and the fusion's census.
+        model_type: the component's own model type where it is not the checkpoint's (a diffusers
+            pipeline's ``clip-text``, ``unet-2d-condition``, ``vae-decoder``): optimize picks its fuser by it.
+    """
+
+    name: str
+    path: Path
+    onnx_config: OnnxConfig | None = None
+    torch_module: torch.nn.Module | None = None
+    as_loaded: ModuleState | None = None
+    model_type: str | None = None
+    _graph: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def graph(self) -> onnx.ModelProto:
+        if self._graph is None:
+            from . import onnx_graph  # onnx is for the workers: the farm driver imports this module too
+
+            self._graph = onnx_graph.load(self.path)
+        return self._graph
+
+    def release_torch(self) -> None:
+        """Drop the torch module: the job needs PyTorch no more (its references are computed)."""
+        self.torch_module = None
+        self.as_loaded = None
+
+
+@dataclass
+class ExportedModel:
+    """The result of the export stage, with the live objects verify needs.
+
+    Attributes:
+        checkpoint: what was exported.
+        out_dir: the model's artifact folder (holds onnx/ and the copied config files).
+        components: one entry per ONNX graph, in the order they run.
+        opset / ir_version / node_count / op_census: facts read from the fp32 graph(s).
+        files: relative path -> size in bytes of every file written under onnx/.
+        details: exporter specifics worth recording.
+        cache: what verify and benchmark share (ORT sessions, inputs, PyTorch outputs); never recorded.
+    """
+
+    checkpoint: Checkpoint
+    out_dir: Path
+    components: list[Component]
+    opset: int
+    ir_version: int
+    node_count: int
+    op_census: dict[str, int]
+    files: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    cache: RuntimeCache = field(default_factory=RuntimeCache, repr=False, compare=False)
+
+
+@dataclass
+class Artifact:
+    """One variant's ONNX files, one per component.
+
+    Attributes:
+        variant: one of records.VARIANTS.
+        files: component name -> path of that component's graph in this variant.
+        details: how it was made (fusion statistics, ``fusion_applied``, quantization mode);
+            ``error`` and ``failure_kind`` when it could not be made.
+        traceback: where making it failed, for a failure that is a bug of ours.
+        verified: ONNX Runtime's side of verify, run by the child that made it, per component;
+            empty when optimize ran without PyTorch references.
+    """
+
+    variant: str
+    files: dict[str, Path]
+    details: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
+    verified: dict[str, Verified] = field(default_factory=dict)
+
+    @property
+    def size_bytes(self) -> int:
+        from . import onnx_graph  # onnx is for the workers: the farm driver imports this module too
+
+        return sum(onnx_graph.disk_size(p) for p in self.files.values())
+
+
+@dataclass(frozen=True)
+class Verified:
+    """ONNX Runtime against the PyTorch references for one component of one variant.
+
+    Attributes:
+        checks: every output check made (all of them when it ran; those before the failure otherwise).
+        seconds: how long the checks took (sessions, runs, comparisons).
+        error: why it could not run every check (an ONNX Runtime failure at one input); None when it did.
+        error_kind: the failure kind of ``error``.
+        traceback: where ``error`` was raised, for a bug of ours.
+        generation: ONNX Runtime's generation against PyTorch's, for the component that generates
+            (its step checks are among ``checks``); None for any other.
+    """
+
+    checks: tuple[OutputCheck, ...]
+    seconds: float
+    error: str | None = None
+    error_kind: str | None = None
+    traceback: str | None = None
+    generation: Generation | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(c.passed for c in self.checks)
+
+
+# verify's ONNX Runtime side of one component of one artifact (``verify.check``), handed to
+# optimize by the pipeline: no stage imports another.
+Check = Callable[["ExportedModel", "Artifact", "Component", Settings], Verified]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One side's latency of one forward pass.
+
+    Attributes:
+        p50_ms / p90_ms: median and 90th percentile, milliseconds.
+        runs: timed calls.
+        spread: interquartile range over the median (IQR / p50).
+    """
+
+    p50_ms: float
+    p90_ms: float
+    runs: int
+    spread: float
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One variant's latency beside PyTorch's, and the conditions both were measured under.
+
+    Attributes:
+        ort / torch: the timings; None where that side could not be timed (``note`` says why).
+        threads: intra-op threads of both sides.
+        shape: batch x length of the timed input (the first component's).
+        cpu: the CPU model (and its int8 instruction sets).
+        load: the 1-minute load average during the measurement (the highest sampled).
+        noisy: the spread of a side or the load was too high to trust the figures.
+        note: why a side has no timing.
+        traceback: where timing failed, for a bug of ours.
+    """
+
+    ort: Timing | None
+    torch: Timing | None
+    threads: int
+    shape: str
+    cpu: str
+    load: float
+    noisy: bool = False
+    note: str | None = None
+    traceback: str | None = None
+
+    def columns(self) -> dict[str, object]:
+        """The record's latency fields (:data:`~zoo_convert.records.LATENCY_FIELDS`), by their names.
+
+        Each side's Timing field is ``<side>_<field>``, each condition ``bench_<field>``.
+        """
+        from .records import LATENCY_FIELDS
+
+        found: dict[str, object] = {"speedup": self.speedup}
+        for side, timing in (("ort", self.ort), ("torch", self.torch)):
+            found.update({f"{side}_{f.name}": getattr(timing, f.name) if timing else None for f in fields(Timing)})
+        found.update({f"bench_{f.name}": getattr(self, f.name) for f in fields(self) if f.name not in ("ort", "torch", "traceback")})
+        if set(found) != set(LATENCY_FIELDS):
+            raise AssertionError(f"Latency and VariantResult's latency fields differ: {set(found) ^ set(LATENCY_FIELDS)}")
+        return found
+
+    @property
+    def speedup(self) -> float | None:
+        if self.ort is None or self.torch is None or self.ort.p50_ms <= 0:
+            return None
+        return self.torch.p50_ms / self.ort.p50_ms
