@@ -543,14 +543,22 @@ def _fuse(
 
 
 def _ort_offline(plain: Path, out: Path, external: bool) -> tuple[Path, Counter[str]]:
-    """ONNX Runtime's own graph optimizations, saved instead of run."""
+    """ONNX Runtime's own graph optimizations, saved instead of run.
+
+    ORT writes the weights it left unchanged as references to the plain export's data file,
+    by a path relative to the new graph, which is in another folder: unless it writes them
+    into a data file of its own, its graph does not load. So a plain export with a data file
+    (every export, for the whole job) is optimized into one, put back inside the graph after
+    when the model ships inline.
+    """
     import onnxruntime as ort
 
     step(ORT, f"optimizing {plain.name}")
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     opts.optimized_model_filepath = str(out)
-    if external:
+    spill = external or onnx_graph.data_path(plain).exists()
+    if spill:
         opts.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
         )
@@ -559,6 +567,9 @@ def _ort_offline(plain: Path, out: Path, external: bool) -> tuple[Path, Counter[
         )
     onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
+    if spill and not external:
+        step("onnx", f"writing {out.name} with its weights inside")
+        onnx_graph.internalize(out)
     return out, _census(out)
 
 
