@@ -55,6 +55,10 @@ def test_pipeline_folder_is_one_job_of_every_component(converted: ConversionResu
     text = fp32.optimizer["components"]["text_encoder"]
     assert (text["method"], text["optimizer_model_type"]) == ("transformers_optimizer", "clip"), text
     assert fp32.optimizer["components"]["unet"]["model_type"] == "unet-2d-condition"
+    # the unet and vae have no CPU fuser: ONNX Runtime's offline optimization, checked like the rest
+    assert {c: fp32.optimizer["components"][c]["method"] for c in ("unet", "vae_encoder", "vae_decoder")} == dict.fromkeys(
+        ("unet", "vae_encoder", "vae_decoder"), "ort_offline"
+    )
     export = next(s for s in converted.stages if s.stage == "export")
     assert export.details["components"] == list(COMPONENTS)
 

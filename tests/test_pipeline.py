@@ -606,3 +606,20 @@ def test_a_model_that_fails_before_export_keeps_the_model_type_its_config_declar
     assert result.model_type == "bert"
     (folder / "config.json").write_text("not json")  # unreadable: nothing to say, and no second failure
     assert convert(ManifestEntry(source=str(folder)), Settings(out_dir=str(tmp_path / "out"))).model_type is None
+
+
+def test_a_model_without_a_fuser_ships_onnx_runtime_s_optimized_graph(zoo_dir: Path, tmp_path: Path) -> None:
+    """resnet has no transformers optimizer fuser: ORT's offline optimization of its export (weights beside it
+    in ``model.onnx_data`` for the whole job) is the fp32 graph, weights inside, checked against PyTorch."""
+    result = convert_one(ManifestEntry(source=str(zoo_dir / "resnet")), Settings(out_dir=str(tmp_path), benchmark=False))
+    assert result.passed, result.message
+    fp32 = result.variant("fp32")
+    part = fp32.optimizer["components"]["model"]
+    assert (part["method"], part["checked_against_pytorch"]) == ("ort_offline", True), part.get("note")
+    assert part["note"] == "model_type 'resnet' has no transformers optimizer fuser"
+    assert fp32.status == "passed" and fp32.max_abs <= 1e-4
+    graph = Path(result.artifacts_dir, "onnx", "model.onnx")
+    assert not onnx_graph.data_path(graph).exists()  # a model this small ships its weights inside
+    census = _census(graph)
+    assert census["FusedConv"] > 0 and sum(census.values()) < result.node_count  # Conv+Relu fused: fewer nodes
+    assert result.variant("fp16").optimizer["components"]["model"]["source"] == "fp32 (ort_offline)"

@@ -48,18 +48,3 @@ def test_the_model_table_leaves_a_noisy_speedup_blank_and_the_drill_down_says_wh
     assert detail["zoo/loaded"]["bench_noisy"] is True and detail["zoo/loaded"]["speedup"] == 60.6
     assert (detail["zoo/loaded"]["bench_load"], detail["zoo/loaded"]["bench_cpu"]) == (7.5, "AMD EPYC")
     assert detail["zoo/calm"]["bench_noisy"] is False
-
-
-def test_the_headline_says_over_how_many_models_the_median_speedup_is_and_why(tmp_path: Path) -> None:
-    store = ResultStore(tmp_path / "r.duckdb")
-    store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
-    for name, speedup, noisy in (("a", 2.0, False), ("b", 3.0, False), ("c", 60.6, True), ("d", None, None)):
-        fp32 = replace(variant("fp32"), speedup=speedup, bench_noisy=noisy)
-        store.record("r", name, ConversionResult(source=f"zoo/{name}", status="passed", model_type="bert",
-                                                 variants=(fp32,)))  # fmt: skip
-    store.finish_run("r")
-    with store.connect() as con:
-        headline = _records(con, QUERIES["headline"])[0]
-    assert (headline["speedup_models"], headline["speedup_timed"], headline["converted"]) == (2, 3, 4)
-    js = (Path(__file__).parents[2] / "zoo_convert/dashboard/assets/dashboard.js").read_text()
-    assert "over ${h.speedup_models} of ${h.converted} converted models" in js and "timed under noise left out" in js

@@ -18,8 +18,6 @@ def test_the_page_renders_every_panel_without_console_errors(browser: Chrome, si
     assert len(cells) >= 15 and "0/1" in cells and "1/1" in cells
     headline = browser.eval("document.querySelector('#headline').textContent")
     assert "models converted" in headline and "variants verified" in headline and "speedup" in headline
-    # The median speedup says over how many models it is, and why the others are left out.
-    assert "median fp32 speedup vs PyTorch, over " in headline and " converted models" in headline
     assert browser.eval("document.querySelectorAll('#passrate circle').length") == 2 * 4  # two series, four runs
     assert browser.eval("document.querySelectorAll('#speedup rect').length") > 3
     assert browser.eval("document.querySelectorAll('#errors rect').length") > 3
@@ -54,21 +52,6 @@ def test_drill_down_shows_outputs_census_and_latencies_of_the_real_model(browser
     assert "Per-output errors" in drill and "MatMul" in drill and "ORT p50/p90 ms" in drill
     assert "latency conditions" in drill and "thread(s) · 1x" in drill  # how each latency was taken
     assert browser.eval("document.querySelectorAll('#drill .ops span').length") > 3
-    assert browser.errors == []
-
-
-def test_the_back_button_closes_the_drill_down_it_opened(browser: Chrome, site_url: str) -> None:
-    browser.errors.clear()
-    browser.open(site_url)
-    browser.eval("document.querySelector('#models tbody tr').click()")
-    browser.wait_for("document.querySelectorAll('#drill h3').length >= 3")
-    assert browser.eval("location.hash").startswith("#model=")
-    browser.eval("history.back()")
-    browser.wait_for("location.hash === ''")
-    browser.wait_for("document.querySelector('#drill').hidden === true")
-    assert browser.eval("document.querySelector('#drill').textContent") == ""
-    browser.eval("history.forward()")  # and forward opens it again
-    browser.wait_for("document.querySelectorAll('#drill h3').length >= 3")
     assert browser.errors == []
 
 

@@ -86,6 +86,7 @@ def _exported(src: Path, out: Path, components: tuple[str, ...] = ("model",), mo
     onnx_dir.mkdir(parents=True)
     for name in components:
         shutil.copy(src / "onnx" / f"{name}.onnx", onnx_dir / f"{name}.onnx")
+        onnx_graph.externalize(onnx_dir / f"{name}.onnx")  # the export keeps the weights beside it for the job
     config = json.loads((src / "checkpoint" / "config.json").read_text())
     ckpt = Checkpoint(
         path=src / "checkpoint",
@@ -108,6 +109,10 @@ def _exported(src: Path, out: Path, components: tuple[str, ...] = ("model",), mo
 
 def _census(path: Path) -> Counter[str]:
     return Counter(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def _weights(model: onnx.ModelProto) -> dict[str, bytes]:
+    return {t.name: onnx.numpy_helper.to_array(t).tobytes() for t in model.graph.initializer}
 
 
 def _float32_bytes(path: Path) -> int:
@@ -270,12 +275,15 @@ def test_bert_int8_quantizes_every_weighted_matmul_and_keeps_the_embeddings_floa
 
 
 def test_no_optimize_keeps_the_plain_export_as_fp32(exports, tmp_path: Path) -> None:
-    """--no-optimize: fp32 is the export byte for byte; fp16 is converted from it, int8 quantized as always."""
+    """--no-optimize: fp32 is the export's graph and weights, back inside it; fp16 is converted from it, int8 quantized as always."""
     exported = _exported(exports["bert"], tmp_path)
     plain = exports["bert"] / "onnx" / "model.onnx"
     artifacts = optimize(exported, VARIANTS, Settings(optimize=False))
     fp32 = artifacts["fp32"]
-    assert fp32.files["model"].read_bytes() == plain.read_bytes()
+    got, want = onnx.load(str(fp32.files["model"])), onnx.load(str(plain))
+    assert not onnx_graph.data_path(fp32.files["model"]).exists()
+    assert list(got.graph.node) == list(want.graph.node)
+    assert _weights(got) == _weights(want)
     assert fp32.details["fusion_applied"] is False and fp32.details["methods"] == ["none"]
     assert fp32.details["components"]["model"]["note"] == "optimization off (--no-optimize)"
     assert "fused_operator_statistics" not in fp32.details["components"]["model"]
@@ -313,7 +321,11 @@ def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -
     assert fp32.details["fusion_applied"] is False
     assert fp32.details["methods"] == ["ort_offline"]
     part = fp32.details["components"]["model"]
-    assert part["optimizer_model_type"] is None and "no transformers optimizer fuser" in part["note"]
+    assert part["optimizer_model_type"] is None and part["note"] == "model_type 'resnet' has no transformers optimizer fuser"
+    # ORT wrote the weights it kept as references to the export's data file: they are back inside the graph
+    assert not onnx_graph.data_path(fp32.files["model"]).exists()
+    assert _census(fp32.files["model"])["FusedConv"] > 0
+    ort.InferenceSession(str(fp32.files["model"]), providers=["CPUExecutionProvider"])
     assert part["checked_against_pytorch"] is False  # no references here: only loaded in ONNX Runtime
     # A float-input model: fp16 must still take and give float32.
     session = ort.InferenceSession(str(artifacts["fp16"].files["model"]), providers=["CPUExecutionProvider"])

@@ -559,7 +559,14 @@ def _fuse(
 
 
 def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False) -> tuple[Path, Counter[str]]:
-    """ONNX Runtime's own graph optimizations, saved instead of run: extended, or only the basic ones (O1)."""
+    """ONNX Runtime's own graph optimizations, saved instead of run: extended, or only the basic ones (O1).
+
+    ORT writes the weights it left unchanged as references to the plain export's data file,
+    by a path relative to the new graph, which is in another folder: unless it writes them
+    into a data file of its own, its graph does not load. So a plain export with a data file
+    (every export, for the whole job) is optimized into one, put back inside the graph after
+    when the model ships inline.
+    """
     import onnxruntime as ort
 
     step(ORT, f"optimizing {plain.name}")
@@ -568,9 +575,8 @@ def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False)
         ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if basic else ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     )
     opts.optimized_model_filepath = str(out)
-    # The basic level leaves the export's weights as they are: saved, they would still point at the
-    # export's data file. Written to out's own data file, then put back inside unless the model is big.
-    if external or basic:
+    spill = external or onnx_graph.data_path(plain).exists()
+    if spill:
         opts.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
         )
@@ -579,8 +585,9 @@ def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False)
         )
     onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
-    if basic and not external and onnx_graph.data_path(out).exists():
-        onnx_graph.save(onnx.load(str(out)), out, external=False)
+    if spill and not external:
+        step("onnx", f"writing {out.name} with its weights inside")
+        onnx_graph.internalize(out)
     return out, _census(out)
 
 
