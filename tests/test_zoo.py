@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 # One per tokenizer algorithm, a vision and an audio model with processors, a composite, a sharded checkpoint and a pipeline.
 REBUILT = ("bert", "gpt2", "llama", "t5", "vit", "whisper", "vision-encoder-decoder", "mpnet", "stable-diffusion")
 SMOKE_EXPORTS = ("bert", "gpt2", "t5", "vit", "whisper")
-AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper", "speech2text")
+AUDIO_PROCESSORS = ("wav2vec2", "wav2vec2-ctc", "whisper", "speech2text", "ast")
+# Image-to-image processors keep the image's own size, padded to a multiple of the model's window.
+SIZE_KEEPING_PROCESSORS = ("swin2sr",)
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -147,10 +149,14 @@ def test_model_folder_loads(zoo_dir: Path, name: str) -> None:
         features = extractor(np.zeros(16000, dtype=np.float32), sampling_rate=16000, return_tensors="np")
         assert features[extractor.model_input_names[0]].shape[0] == 1
     elif spec.processor is not None:
-        size = image_size(config)
         image = Image.new("RGB", (40, 40), color=(120, 30, 200))
         pixels = AutoImageProcessor.from_pretrained(folder)(image, return_tensors="np")["pixel_values"]
-        assert pixels.shape[-2:] == (size, size)
+        if spec.processor in SIZE_KEEPING_PROCESSORS:
+            side = pixels.shape[-1]
+            assert pixels.shape[-2:] == (side, side) and 40 < side <= 40 + 2 * config.window_size, pixels.shape
+            assert side % config.window_size == 0
+        else:
+            assert pixels.shape[-2:] == (image_size(config),) * 2
     if spec.sentence_transformers:
         assert (folder / "modules.json").is_file()
 

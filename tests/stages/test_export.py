@@ -145,6 +145,38 @@ def test_unsupported_task_is_export_unsupported(zoo_dir: Path, tmp_path: Path, c
     assert "'vit'" in err.value.message and "'text-generation'" in err.value.message
 
 
+def test_a_task_is_refused_with_the_tasks_the_type_accepts(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """A manifest row with a task its model type has no export for (the example manifest's trocr rows say text-to-image)."""
+    ckpt = checkpoint(zoo_dir / "mgp-str", "text-to-image")
+    with pytest.raises(ExportError) as err:
+        export(ckpt, ManifestEntry(source=str(ckpt.path), task="text-to-image"), Settings(), tmp_path)
+    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
+    assert err.value.message == (
+        "optimum cannot export model_type 'mgp-str' for task 'text-to-image'; supported tasks: feature-extraction"
+    )
+
+
+def test_tasks_optimum_lists_that_no_class_of_the_type_serves_are_no_choice(tmp_path: Path, checkpoint) -> None:
+    """trocr: optimum lists feature-extraction(-with-past), but transformers' AutoModel has no trocr model to load."""
+    from zoo_convert.zoo import ZooModel, build_model
+    from zoo_convert.zoo.tokenizers import roberta_bpe
+
+    sizes = dict(d_model=32, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64, max_position_embeddings=128)
+    build_model(
+        ZooModel("trocr", "decoder", "feature-extraction", "trocr", sizes, roberta_bpe(), model_class="TrOCRForCausalLM"),
+        tmp_path / "trocr",
+    )
+    for task in ("text-to-image", "feature-extraction"):
+        ckpt = checkpoint(tmp_path / "trocr", task)
+        with pytest.raises(ExportError) as err:
+            export(ckpt, ManifestEntry(source=str(ckpt.path), task=task), Settings(), tmp_path / "out")
+        assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
+        assert err.value.message == (
+            f"optimum cannot export model_type 'trocr' for task '{task}'; it supports no task for it (optimum also "
+            "lists feature-extraction, feature-extraction-with-past, which no transformers class of that type serves)"
+        )
+
+
 def test_unknown_model_type_is_export_unsupported(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
     src = tmp_path / "ckpt"
     shutil.copytree(zoo_dir / "bert", src)

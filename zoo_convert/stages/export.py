@@ -165,10 +165,16 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
             f"{exc.args[0] if exc.args else exc}",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         ) from exc
-    if task not in supported:
+    # optimum lists some tasks for a model type that no transformers class of that type
+    # serves (trocr's feature-extraction: AutoModel has no trocr model); those are no choice.
+    loadable = [t for t in supported if _loadable(t, ckpt.model_type)]
+    if task not in loadable:
+        unloadable = [t for t in supported if t not in loadable]
         raise ExportError(
             f"optimum cannot export model_type {ckpt.model_type!r} for task {task!r}; "
-            f"supported tasks: {', '.join(supported)}",
+            + (f"supported tasks: {', '.join(loadable)}" if loadable else "it supports no task for it")
+            + (f" (optimum also lists {', '.join(unloadable)}, which no transformers class of that type serves)"
+               if unloadable else ""),
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     if entry.task is None and not task.endswith("-with-past") and f"{task}-with-past" in supported:
@@ -191,6 +197,21 @@ def _timm_task(ckpt: Checkpoint, task: str) -> str:
         f"num_classes 0); not {task!r}" + (f" of a model with {ckpt.config['num_classes']} classes" if "num_classes" in ckpt.config else ""),
         kind=FailureKind.EXPORT_UNSUPPORTED,
     )
+
+
+def _loadable(task: str, model_type: str) -> bool:
+    """Whether the class optimum loads for ``task`` has a model of ``model_type`` (True where it cannot tell)."""
+    from optimum.exporters.tasks import TasksManager
+    from transformers import CONFIG_MAPPING
+
+    try:
+        cls = TasksManager.get_model_class_for_task(task, model_type=model_type, library="transformers")
+    except (KeyError, ValueError):
+        return True
+    mapping = getattr(cls, "_model_mapping", None)  # auto classes only: a concrete class is its own answer
+    if mapping is None or model_type not in CONFIG_MAPPING:
+        return True
+    return CONFIG_MAPPING[model_type] in mapping
 
 
 def _load_model(ckpt: Checkpoint, task: str) -> tuple[Any, LoadingReport | None]:

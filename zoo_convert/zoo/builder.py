@@ -256,6 +256,33 @@ def _speech2text_extractor(config: PretrainedConfig, tokenizer: PreTrainedTokeni
     return Speech2TextFeatureExtractor(feature_size=bins, num_mel_bins=bins, sampling_rate=16000)
 
 
+def _swin2sr_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
+    from transformers import Swin2SRImageProcessor
+
+    return Swin2SRImageProcessor(pad_size=config.window_size)
+
+
+def _chinese_clip_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
+    from transformers import ChineseCLIPImageProcessor, ChineseCLIPProcessor
+
+    size = image_size(config)
+    image = ChineseCLIPImageProcessor(size={"height": size, "width": size}, crop_size={"height": size, "width": size})
+    return ChineseCLIPProcessor(image_processor=image, tokenizer=tokenizer)
+
+
+def _siglip_processor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
+    from transformers import SiglipImageProcessor
+
+    size = image_size(config)
+    return SiglipImageProcessor(size={"height": size, "width": size})
+
+
+def _ast_extractor(config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast | None) -> Preprocessor:
+    from transformers import ASTFeatureExtractor
+
+    return ASTFeatureExtractor(num_mel_bins=config.num_mel_bins, max_length=config.max_length)
+
+
 _PROCESSORS: dict[str, Callable[[PretrainedConfig, PreTrainedTokenizerFast | None], Preprocessor]] = {
     "vit": _vit_processor,
     "convnext": _convnext_processor,
@@ -267,6 +294,10 @@ _PROCESSORS: dict[str, Callable[[PretrainedConfig, PreTrainedTokenizerFast | Non
     "wav2vec2-ctc": _wav2vec2_ctc_processor,
     "whisper": _whisper_processor,
     "speech2text": _speech2text_extractor,
+    "ast": _ast_extractor,
+    "swin2sr": _swin2sr_processor,
+    "chinese-clip": _chinese_clip_processor,
+    "siglip": _siglip_processor,
 }
 
 
