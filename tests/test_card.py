@@ -83,7 +83,7 @@ def test_a_timm_card_names_timm_and_says_how_to_preprocess(tmp_path) -> None:  #
     candidate = Candidate(
         run_id="r", job_key="k", source="timm/resnet18.a1_in1k", revision=None, resolved_revision="abc",
         task="image-classification", model_type="resnet18", exporter="optimum", opset=18, job_status="passed",
-        artifacts_dir=str(tmp_path), variants=(_row("fp32", 1.0), _row("int8", 0.5)),
+        artifacts_dir=str(tmp_path), variants=(_row("fp32", 1.0), _row("int8", 0.5)), library="timm",
     )
     card = model_card(candidate, "org/resnet18-onnx")
     assert "library_name: timm" in card and "transformers.js" not in card

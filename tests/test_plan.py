@@ -99,7 +99,7 @@ def test_the_optimization_level_is_in_the_key_and_o2_keeps_the_keys_made_before_
     old = {"source": ENTRY.source, "resolved_revision": "abc123", "task": None, "opset": None, "exporter": "optimum",
            "variants": sorted(ENTRY.variants), "gpu": False, "allow_remote_code": False, "allow_pickle": False,
            "tolerances": {k: asdict(v) for k, v in sorted(s.tolerances.items())}, "verify_shapes": s.verify_shapes,
-           "verify_long": True, "providers": s.providers, "external_data_threshold": s.external_data_threshold,
+           "verify_long": True, "verify_generation": True, "providers": s.providers, "external_data_threshold": s.external_data_threshold,
            "optimize": True, "benchmark": True, "versions": VERSIONS}
     assert _key(Settings(optimization="O2")) == hashlib.sha256(
         json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:32]

@@ -92,7 +92,7 @@ def test_repo_manifest_is_in_sync() -> None:
 
 def test_zoo_is_small(zoo_dir: Path) -> None:
     total = sum(p.stat().st_size for p in zoo_dir.rglob("*") if p.is_file())
-    assert total < 50 * 1024**2
+    assert total < 64 * 1024**2  # 137 checkpoints: 53 MB
     sizes = {m.name: sum(p.stat().st_size for p in _weights(zoo_dir / m.name)) for m in zoo.ZOO}
     biggest = max(sizes, key=sizes.__getitem__)
     assert sizes[biggest] < 5 * 1024**2, biggest
