@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import FailureKind
 
-EXPORTERS = ("optimum", "torch")
+EXPORTERS = ("optimum", "torch", "auto")
 # torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
 # tests check it stays inside what torch and onnx know.
 MIN_OPSET, MAX_OPSET = 7, 23
@@ -81,7 +81,8 @@ class ManifestEntry:
         task: optimum task name; None means infer it from ``config.architectures``.
         revision: hub branch, tag or commit; None means the default branch.
         opset: ONNX opset to export with; None lets the exporter choose.
-        exporter: ``optimum`` (main_export) or ``torch`` (torch.onnx.export, dynamo).
+        exporter: ``optimum`` (main_export), ``torch`` (torch.onnx.export, dynamo) or ``auto``
+            (optimum where it has a config for the model type and task, else the torch exporter).
         variants: which artifacts to build and verify.
         timeout_s: hard per-job timeout in the farm; None uses Settings.timeout_s.
         memory_gb: memory the job may use before it counts as ``oom``.
