@@ -292,6 +292,9 @@ class ConversionResult:
         source / revision / task / exporter / opset_requested: the job as asked.
         resolved_revision: hub commit sha or ``sha256:`` content hash of a local folder.
         model_type / library: from the checkpoint's config.
+        exporter_used / exporter_reason: the exporter that wrote the graphs (``optimum`` or ``torch``;
+            exporter ``auto`` resolves to one), and why the torch exporter's generic path was taken
+            (optimum has no config for the model type and task); None before an export.
         status: passed when the fp32 artifact (or, without fp32, every variant) verified;
             inconclusive when it is inconclusive (see VariantResult), failed otherwise.
         failure_kind / stage / message / traceback: the first failure, if any (an inconclusive
@@ -318,6 +321,8 @@ class ConversionResult:
     opset_requested: int | None = None
     model_type: str | None = None
     library: str | None = None
+    exporter_used: str | None = None
+    exporter_reason: str | None = None
     failure_kind: str | None = None
     stage: str | None = None
     message: str | None = None

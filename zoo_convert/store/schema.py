@@ -369,6 +369,17 @@ WHERE regression IS NOT NULL;
     + _INCONCLUSIVE_CELLS
 )
 
+# The views over results bind ``*`` when created: a column added to results re-creates them,
+# as migration 8 left them.
+_RESULTS_VIEWS = _LATENCY_CONDITIONS[_LATENCY_CONDITIONS.index("CREATE OR REPLACE VIEW latest_results") :]
+_EXPORTER_USED = (
+    """
+ALTER TABLE results ADD COLUMN exporter_used VARCHAR;
+ALTER TABLE results ADD COLUMN exporter_reason VARCHAR;
+"""
+    + _RESULTS_VIEWS
+)
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -388,6 +399,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "signatures by cause", _SIGNATURES_BY_CAUSE),
     Migration(7, "inconclusive cells", _INCONCLUSIVE_CELLS),
     Migration(8, "latency conditions", _LATENCY_CONDITIONS),
+    Migration(17, "exporter used", _EXPORTER_USED),
 )
 
 SCHEMA_MIGRATIONS = """
