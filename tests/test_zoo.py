@@ -42,7 +42,8 @@ def test_zoo_is_broad() -> None:
     assert len({m.name for m in zoo.ZOO}) == len(zoo.ZOO)
     assert {"encoder", "decoder", "encoder-decoder", "vision", "audio"} <= set(families)
     assert all(n >= 3 for f, n in families.items() if f != "multimodal"), families
-    assert {m.task for m in zoo.ZOO if m.family == "decoder"} == {"text-generation-with-past"}
+    # a decoder optimum has no config for is exported without past, as a feature extractor (exporter auto)
+    assert {m.task for m in zoo.ZOO if m.family == "decoder" and m.exporter != "auto"} == {"text-generation-with-past"}
 
 
 def test_zoo_covers_every_family_the_farm_once_got_wrong() -> None:
