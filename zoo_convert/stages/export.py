@@ -167,9 +167,10 @@ def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> tuple[str, str | No
     try:
         supported = TasksManager.get_supported_tasks_for_model_type(ckpt.model_type, "onnx", library_name=ckpt.library)
     except KeyError as exc:
+        said = str(exc.args[0] if exc.args else exc)
         return task, (
             f"optimum cannot export model_type {ckpt.model_type!r} (library {ckpt.library}) for task {task!r}: "
-            f"{exc.args[0] if exc.args else exc}"
+            + said.split(". Only [")[0]  # not the list of every model type it has a config for, in every record
         )
     if task not in supported:
         return task, (
