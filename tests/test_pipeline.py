@@ -45,7 +45,11 @@ def zoo_results(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {
         # the optimum exporter's table; the rows optimum has no config for go through auto's generic torch path
         row["source"]: convert_one(
-            ManifestEntry(source=str(zoo_dir / row["source"]), task=row["task"], exporter="auto" if row["exporter"] == "auto" else "optimum"),
+            ManifestEntry(
+                source=str(zoo_dir / row["source"]),
+                task=row["task"],
+                exporter="auto" if row["exporter"] == "auto" else "optimum",
+            ),
             settings,
         )
         for row in rows

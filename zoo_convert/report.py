@@ -11,7 +11,8 @@ def summary(result: ConversionResult) -> str:
     facts = [
         f"task={result.task}",
         f"model_type={result.model_type}",
-        f"exporter={result.exporter}" + (f"->{result.exporter_used}" if result.exporter_used not in (None, result.exporter) else ""),
+        f"exporter={result.exporter}"
+        + (f"->{result.exporter_used}" if result.exporter_used not in (None, result.exporter) else ""),
         f"opset={result.opset}",
     ]
     lines = [head, "  " + "  ".join(f for f in facts if not f.endswith("=None"))]

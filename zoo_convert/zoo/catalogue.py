@@ -689,7 +689,13 @@ ZOO: tuple[ZooModel, ...] = (
         "depth-estimation",
         "depth_anything",
         dict(
-            backbone_config={"model_type": "dinov2", **_VIT, "mlp_ratio": 2, "out_indices": [1, 2], "reshape_hidden_states": False},
+            backbone_config={
+                "model_type": "dinov2",
+                **_VIT,
+                "mlp_ratio": 2,
+                "out_indices": [1, 2],
+                "reshape_hidden_states": False,
+            },
             patch_size=8,
             reassemble_hidden_size=32,
             reassemble_factors=[2, 1],
