@@ -21,4 +21,4 @@ def test_the_summary_says_which_exporter_auto_took_and_why() -> None:
                                     exporter_reason=why))  # fmt: skip
     assert "exporter=auto->torch" in text and f"generic torch export: {why}" in text
     plain = summary(ConversionResult(source="zoo/bert", status="passed", exporter="optimum", exporter_used="optimum"))
-    assert "exporter=optimum " in plain + " " and "generic" not in plain
+    assert "  exporter=optimum\n" in plain and "->" not in plain and "generic" not in plain
