@@ -114,7 +114,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
 
 def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> ExportedModel:
     """A diffusers pipeline, component by component, in ORTDiffusionPipeline's layout (:mod:`zoo_convert.diffusion`)."""
-    if entry.exporter != "optimum":
+    if entry.exporter not in ("optimum", "auto"):  # auto: optimum has a config for every component
         raise ExportError(
             f"diffusers pipelines are exported with optimum's split into components; exporter {entry.exporter!r} "
             "exports one graph (use exporter optimum)",
