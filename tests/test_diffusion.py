@@ -146,6 +146,16 @@ def test_the_torch_exporter_says_a_pipeline_is_optimums(sd_dir: Path, tmp_path: 
     assert "use exporter optimum" in (result.message or "")
 
 
+def test_exporter_auto_takes_optimum_for_a_pipeline(sd_dir: Path, tmp_path: Path) -> None:
+    """optimum has a config for every component of a pipeline: auto exports it as optimum does."""
+    from zoo_convert.stages.export import export
+
+    entry = ManifestEntry(source=str(sd_dir), exporter="auto")
+    settings = Settings(out_dir=str(tmp_path))
+    exported = export(fetch(entry, settings), entry, settings, tmp_path / "out")
+    assert exported.details["exporter"] == "optimum" and len(exported.components) >= 3
+
+
 def test_hub_files_take_each_component_and_leave_variants_and_single_files() -> None:
     files = (
         "model_index.json", "v1-5-pruned.ckpt", "v1-5-pruned-emaonly.safetensors", "README.md",

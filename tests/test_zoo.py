@@ -46,7 +46,8 @@ def test_zoo_is_broad() -> None:
     assert len({m.name for m in zoo.ZOO}) == len(zoo.ZOO)
     assert {"encoder", "decoder", "encoder-decoder", "vision", "audio"} <= set(families)
     assert all(n >= 3 for f, n in families.items() if f != "multimodal"), families
-    assert {m.task for m in zoo.ZOO if m.family == "decoder"} == {"text-generation-with-past"}
+    # a decoder optimum has no config for is exported without past, as a feature extractor (exporter auto)
+    assert {m.task for m in zoo.ZOO if m.family == "decoder" and m.exporter != "auto"} == {"text-generation-with-past"}
 
 
 def test_zoo_has_timm_models_of_a_dozen_timm_modules() -> None:
@@ -92,7 +93,7 @@ def test_repo_manifest_is_in_sync() -> None:
 
 def test_zoo_is_small(zoo_dir: Path) -> None:
     total = sum(p.stat().st_size for p in zoo_dir.rglob("*") if p.is_file())
-    assert total < 64 * 1024**2  # 137 checkpoints: 53 MB
+    assert total < 64 * 1024**2  # 140 checkpoints: 53 MB
     sizes = {m.name: sum(p.stat().st_size for p in _weights(zoo_dir / m.name)) for m in zoo.ZOO}
     biggest = max(sizes, key=sizes.__getitem__)
     assert sizes[biggest] < 5 * 1024**2, biggest

@@ -85,6 +85,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
                 node_count=exported.node_count,
                 op_census=exported.op_census,
                 artifacts_dir=str(out_dir),
+                exporter_used=exported.details.get("exporter"),
+                exporter_reason=exported.details.get("generic"),
             )
         with run.stage("check") as details:
             details.update(check.check(exported))

@@ -17,7 +17,7 @@ from .checks import OutputCheck as OutputCheck
 from .checks import Tolerance as Tolerance
 from .errors import FailureKind
 
-EXPORTERS = ("optimum", "torch")
+EXPORTERS = ("optimum", "torch", "auto")
 # torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
 # tests check it stays inside what torch and onnx know.
 MIN_OPSET, MAX_OPSET = 7, 23
@@ -96,7 +96,8 @@ class ManifestEntry:
         task: optimum task name; None means infer it from ``config.architectures``.
         revision: hub branch, tag or commit; None means the default branch.
         opset: ONNX opset to export with; None lets the exporter choose.
-        exporter: ``optimum`` (main_export) or ``torch`` (torch.onnx.export, dynamo).
+        exporter: ``optimum`` (main_export), ``torch`` (torch.onnx.export, dynamo) or ``auto``
+            (optimum where it has a config for the model type and task, else the torch exporter).
         variants: which artifacts to build and verify.
         timeout_s: hard per-job timeout in the farm; None uses Settings.timeout_s.
         memory_gb: memory the job may use before it counts as ``oom``.
@@ -297,6 +298,9 @@ class ConversionResult:
         source / revision / task / exporter / opset_requested: the job as asked.
         resolved_revision: hub commit sha or ``sha256:`` content hash of a local folder.
         model_type / library: from the checkpoint's config.
+        exporter_used / exporter_reason: the exporter that wrote the graphs (``optimum`` or ``torch``;
+            exporter ``auto`` resolves to one), and why the torch exporter's generic path was taken
+            (optimum has no config for the model type and task); None before an export.
         status: passed when the fp32 artifact (or, without fp32, every variant) verified;
             inconclusive when it is inconclusive (see VariantResult), failed otherwise.
         failure_kind / stage / message / traceback: the first failure, if any (an inconclusive
@@ -323,6 +327,8 @@ class ConversionResult:
     opset_requested: int | None = None
     model_type: str | None = None
     library: str | None = None
+    exporter_used: str | None = None
+    exporter_reason: str | None = None
     failure_kind: str | None = None
     stage: str | None = None
     message: str | None = None

@@ -11,10 +11,13 @@ def summary(result: ConversionResult) -> str:
     facts = [
         f"task={result.task}",
         f"model_type={result.model_type}",
-        f"exporter={result.exporter}",
+        f"exporter={result.exporter}"
+        + (f"->{result.exporter_used}" if result.exporter_used not in (None, result.exporter) else ""),
         f"opset={result.opset}",
     ]
     lines = [head, "  " + "  ".join(f for f in facts if not f.endswith("=None"))]
+    if result.exporter_reason:
+        lines.append(f"  generic torch export: {result.exporter_reason}")
     if result.failure_kind:
         lines.append(f"  failure: {result.failure_kind} in {result.stage}: {result.message}")
     stages = "  ".join(

@@ -7,7 +7,12 @@ Two exporters share one shape of result:
   ``ORTModel`` load: ``onnx/model.onnx``, or ``onnx/encoder_model.onnx`` +
   ``onnx/decoder_model_merged.onnx`` for encoder-decoders.
 * ``torch``: ``torch.onnx.export(dynamo=True)`` of the whole model as one
-  ``onnx/model.onnx``, for single-graph (encoder-style) models.
+  ``onnx/model.onnx``, for single-graph (encoder-style) models; a model type
+  optimum has no config for takes the generic path (:mod:`zoo_convert.generic`:
+  the OnnxConfig is built from the model itself), recorded in the details as
+  ``generic`` with the reason.
+* ``auto``: optimum where it has a config for the model type and task, the
+  torch exporter's generic path otherwise.
 
 Both keep the loaded torch module and optimum's OnnxConfig on each
 :class:`Component`, so verify can regenerate inputs and run PyTorch without
@@ -29,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import diffusion, onnx_graph
+from .. import diffusion, generic, onnx_graph
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
-from ..records import MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
-from ..runtime import ModuleState, processor_fallback, shape_kwargs
+from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
+from ..runtime import ModuleState, processor_fallback, processor_shapes, shape_kwargs
 from ..sources import open_regular, sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
@@ -77,15 +82,19 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)
     onnx_dir.mkdir(parents=True)
-    task = _resolve_task(ckpt, entry)
+    if entry.exporter not in EXPORTERS:
+        raise ExportError(f"unknown exporter {entry.exporter!r}", kind=FailureKind.EXPORT_UNSUPPORTED)
+    task, no_config = _resolve_task(ckpt, entry)
+    if no_config is not None and entry.exporter == "optimum":
+        raise ExportError(no_config, kind=FailureKind.EXPORT_UNSUPPORTED)
     try:
         with processor_fallback():
-            if entry.exporter == "optimum":
+            if no_config is not None:  # torch or auto: the generic path, built from the model itself
+                components, details = _export_generic(ckpt, task, entry.opset, onnx_dir, no_config)
+            elif entry.exporter in ("optimum", "auto"):
                 components, details = _export_optimum(ckpt, task, entry.opset, onnx_dir)
-            elif entry.exporter == "torch":
-                components, details = _export_torch(ckpt, task, entry.opset, onnx_dir)
             else:
-                raise ExportError(f"unknown exporter {entry.exporter!r}", kind=FailureKind.EXPORT_UNSUPPORTED)
+                components, details = _export_torch(ckpt, task, entry.opset, onnx_dir)
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
@@ -107,7 +116,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
 
 def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> ExportedModel:
     """A diffusers pipeline, component by component, in ORTDiffusionPipeline's layout (:mod:`zoo_convert.diffusion`)."""
-    if entry.exporter != "optimum":
+    if entry.exporter not in ("optimum", "auto"):  # auto: optimum has a config for every component
         raise ExportError(
             f"diffusers pipelines are exported with optimum's split into components; exporter {entry.exporter!r} "
             "exports one graph (use exporter optimum)",
@@ -145,41 +154,44 @@ def _missing_processor(ckpt: Checkpoint, task: str) -> str:
     )
 
 
-def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> str:
-    """The task to export; decoders get ``-with-past`` unless a task was asked for explicitly."""
+def _resolve_task(ckpt: Checkpoint, entry: ManifestEntry) -> tuple[str, str | None]:
+    """The task to export, and why optimum has no config for it (None where it has one).
+
+    Decoders get ``-with-past`` unless a task was asked for explicitly. Without a config,
+    exporters ``torch`` and ``auto`` take the generic path and ``optimum`` refuses the row.
+    """
     import optimum.exporters.onnx.model_configs  # noqa: F401 - registers the ONNX configs with the TasksManager
     from optimum.exporters.tasks import TasksManager
 
     task: str = TasksManager.map_from_synonym(ckpt.task)
     if ckpt.library == "timm":
-        return _timm_task(ckpt, task)
+        return _timm_task(ckpt, task), None
     if ckpt.library != "transformers":
         # optimum keys other libraries by its own model types ("transformer" for
         # sentence-transformers); as in main_export, their support shows at load time.
-        return task
+        return task, None
     try:
         supported = TasksManager.get_supported_tasks_for_model_type(ckpt.model_type, "onnx", library_name=ckpt.library)
     except KeyError as exc:
-        raise ExportError(
+        said = str(exc.args[0] if exc.args else exc)
+        return task, (
             f"optimum cannot export model_type {ckpt.model_type!r} (library {ckpt.library}) for task {task!r}: "
-            f"{exc.args[0] if exc.args else exc}",
-            kind=FailureKind.EXPORT_UNSUPPORTED,
-        ) from exc
+            + said.split(". Only [")[0]  # not the list of every model type it has a config for, in every record
+        )
     # optimum lists some tasks for a model type that no transformers class of that type
     # serves (trocr's feature-extraction: AutoModel has no trocr model); those are no choice.
     loadable = [t for t in supported if _loadable(t, ckpt.model_type)]
     if task not in loadable:
         unloadable = [t for t in supported if t not in loadable]
-        raise ExportError(
+        return task, (
             f"optimum cannot export model_type {ckpt.model_type!r} for task {task!r}; "
             + (f"supported tasks: {', '.join(loadable)}" if loadable else "it supports no task for it")
             + (f" (optimum also lists {', '.join(unloadable)}, which no transformers class of that type serves)"
-               if unloadable else ""),
-            kind=FailureKind.EXPORT_UNSUPPORTED,
+               if unloadable else "")
         )
     if entry.task is None and not task.endswith("-with-past") and f"{task}-with-past" in supported:
         task = f"{task}-with-past"
-    return task
+    return task, None
 
 
 def _timm_task(ckpt: Checkpoint, task: str) -> str:
@@ -561,8 +573,6 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
     DETR-style detectors have an encoder and a decoder inside and export as one graph.
     """
-    import torch
-
     if task.endswith("-with-past"):
         raise ExportError(
             f"the torch exporter handles single-graph models only; {ckpt.model_type} for task {task!r} "
@@ -579,7 +589,30 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     ((model, config),) = parts.values()
-    inputs = config.generate_dummy_inputs(framework="pt")
+    component = _torch_onnx(model, config, opset, onnx_dir, {})
+    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
+
+
+def _export_generic(
+    ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path, no_config: str
+) -> tuple[list[Component], dict[str, Any]]:
+    """The torch exporter on an OnnxConfig built from the model itself (:mod:`zoo_convert.generic`), recorded with why."""
+    model, report = _load_model(ckpt, task)
+    from optimum.utils import DEFAULT_DUMMY_SHAPES
+
+    config = generic.onnx_config(model, task, {**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)})
+    shapes = _dummy_shapes(ckpt, config)
+    weights = check_weights(ckpt, task, model, report, [(model, config)], shapes)
+    component = _torch_onnx(model, config, opset, onnx_dir, shapes)
+    details = {"exporter": "torch", "generic": no_config, "onnx_config": type(config).__name__}
+    return [component], {**details, **({"weights": weights} if weights else {})}
+
+
+def _torch_onnx(model: Any, config: Any, opset: int | None, onnx_dir: Path, shapes: dict[str, int]) -> Component:
+    """``torch.onnx.export(dynamo=True)`` of ``model`` into ``onnx_dir/model.onnx`` with ``config``'s inputs and axes."""
+    import torch
+
+    inputs = config.generate_dummy_inputs(framework="pt", **shapes)
     names = [n for n in config.inputs if n in inputs]
     # AUTO: an axis the model fixes (DETR's channels) becomes static instead of failing the export
     # and sending torch.onnx through its slower fallback strategies; the axes get optimum's names after.
@@ -602,8 +635,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         raise ExportError("torch.onnx.export returned no ONNX program")
     program.save(str(path), external_data=False)
     _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
-    component = Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
-    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
+    return Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
 
 
 def _name_dynamic_axes(path: Path, axes: dict[str, dict[int, str]]) -> None:

@@ -299,6 +299,8 @@ def result_rows(
         "model_type": result.model_type,
         "library": result.library,
         "exporter": result.exporter,
+        "exporter_used": result.exporter_used,
+        "exporter_reason": result.exporter_reason,
         "opset_requested": result.opset_requested,
         "opset": result.opset,
         "ir_version": result.ir_version,

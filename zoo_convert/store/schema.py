@@ -371,6 +371,17 @@ WHERE regression IS NOT NULL;
     + _INCONCLUSIVE_CELLS
 )
 
+# The views over results bind ``*`` when created: a column added to results re-creates them,
+# as migration 8 left them.
+_RESULTS_VIEWS = _LATENCY_CONDITIONS[_LATENCY_CONDITIONS.index("CREATE OR REPLACE VIEW latest_results") :]
+_EXPORTER_USED = (
+    """
+ALTER TABLE results ADD COLUMN exporter_used VARCHAR;
+ALTER TABLE results ADD COLUMN exporter_reason VARCHAR;
+"""
+    + _RESULTS_VIEWS
+)
+
 
 # Generation, not one forward (issue 22): a decoder exported with past is run the way it is used,
 # ONNX Runtime's cache step by step against PyTorch generate() (``zoo_convert.generation``). Each
@@ -417,6 +428,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "inconclusive cells", _INCONCLUSIVE_CELLS),
     Migration(8, "latency conditions", _LATENCY_CONDITIONS),
     Migration(9, "generation", _GENERATION),
+    Migration(10, "exporter used", _EXPORTER_USED),
 )
 
 SCHEMA_MIGRATIONS = """

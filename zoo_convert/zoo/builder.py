@@ -78,8 +78,9 @@ def manifest_table(models: Sequence[ZooModel], prefix: str = "") -> pa.Table:
             "gpu": False,
             "allow_remote_code": False,
             "allow_pickle": False,
-            # A torch export takes 10-20 s where optimum's takes 1-3: submitted first, it does not end the run alone.
-            "priority": 1 if m.exporter == "torch" else 0,
+            # A torch export (every auto row of the zoo takes it) takes 10-20 s where optimum's takes 1-3:
+            # submitted first, it does not end the run alone.
+            "priority": 1 if m.exporter in ("torch", "auto") else 0,
             "tags": m.tags,
         }
         for m in models

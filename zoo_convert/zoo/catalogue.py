@@ -50,6 +50,7 @@ TASK_CLASSES = {
     "automatic-speech-recognition": "AutoModelForCTC",
     "audio-classification": "AutoModelForAudioClassification",
     "image-classification": "AutoModelForImageClassification",
+    "depth-estimation": "AutoModelForDepthEstimation",
     "object-detection": "AutoModelForObjectDetection",
     "semantic-segmentation": "AutoModelForSemanticSegmentation",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
@@ -73,7 +74,7 @@ class ZooModel:
         token_ids: config key -> special token, resolved to that token's id.
         model_class: transformers class to instantiate; default is the task's auto class.
         sentence_transformers: also write the sentence-transformers module files.
-        exporter: the manifest row's exporter (``optimum`` or ``torch``).
+        exporter: the manifest row's exporter (``optimum``, ``torch`` or ``auto``).
         max_shard_size: save the weights in safetensors shards of at most this size.
         library: ``transformers``; ``diffusers`` for a pipeline (``config`` then holds each
             component's arguments by folder: unet, vae, text_encoder, scheduler); or ``timm``: then
@@ -1119,4 +1120,40 @@ ZOO: tuple[ZooModel, ...] = (
          "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16},
         llama_bpe(),
     ),
+    # Model types optimum has no ONNX config for: exporter auto takes the torch exporter's generic path.
+    ZooModel(
+        "depth-anything",
+        "vision",
+        "depth-estimation",
+        "depth_anything",
+        dict(
+            backbone_config={
+                "model_type": "dinov2",
+                **_VIT,
+                "mlp_ratio": 2,
+                "out_indices": [1, 2],
+                "reshape_hidden_states": False,
+            },
+            patch_size=8,
+            reassemble_hidden_size=32,
+            reassemble_factors=[2, 1],
+            neck_hidden_sizes=[16, 32],
+            fusion_hidden_size=16,
+            head_hidden_size=16,
+            # At the default 0.02 the depth peaks at 6e-7, below float16's normal range; at 0.15 it peaks near 1.
+            initializer_range=0.15,
+        ),
+        processor="vit",
+        exporter="auto",
+    ),
+    ZooModel(
+        "dinov2-registers",
+        "vision",
+        "image-classification",
+        "dinov2_with_registers",
+        {**_VIT, "mlp_ratio": 2, "num_register_tokens": 2},
+        processor="vit",
+        exporter="auto",
+    ),
+    ZooModel("starcoder2", "decoder", "feature-extraction", "starcoder2", _DEC, gpt2_bpe(), exporter="auto"),
 )
