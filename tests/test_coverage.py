@@ -70,3 +70,23 @@ def test_the_command_prints_rows_and_the_summary(manifest: Path) -> None:
     rows = [line.split("\t") for line in res.output.splitlines() if "\t" in line]
     assert [r[:2] for r in rows] == [[str(n), m] for n, m in enumerate(["yes", "yes", "yes", "no", "?", "yes", "yes", "no", "no", "yes", "no"], 1)]
     assert "all                        11      6      4        1        55%" in res.output
+
+
+def test_exporter_auto_counts_what_the_generic_torch_path_takes(tmp_path: Path) -> None:
+    """optimum has no config for depth_anything or starcoder2: auto exports the one, not a starcoder2 that generates."""
+    rows = [
+        {"source": "org/depth", "task": "depth-estimation", "tags": ["transformers", "model_type:depth_anything"]},
+        {"source": "org/coder", "task": "text-generation", "tags": ["transformers", "model_type:starcoder2"]},
+        {"source": "org/coder-features", "task": "feature-extraction", "tags": ["transformers", "model_type:starcoder2"]},
+        {"source": "org/w2v", "task": "feature-extraction", "tags": ["transformers", "model_type:wav2vec2-bert"]},
+    ]
+    path = write_manifest(rows, tmp_path / "m.parquet")
+    assert [r.path for r in manifest_coverage(path)] == [False, False, False, False]
+    auto = {r.source: (r.path, r.reason) for r in manifest_coverage(path, "auto")}
+    assert auto["org/depth"] == (True, "") and auto["org/coder-features"] == (True, "")
+    assert auto["org/coder"][0] is False and "no past key values" in auto["org/coder"][1]
+    assert auto["org/w2v"][0] is False and "takes 'input_features'" in auto["org/w2v"][1]
+    # a row that asks for auto itself is counted so without the option
+    own = write_manifest([{**rows[0], "exporter": "auto"}], tmp_path / "own.parquet")
+    assert [r.path for r in manifest_coverage(own)] == [True]
+

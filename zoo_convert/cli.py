@@ -672,7 +672,10 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
 @click.argument("path", metavar="MANIFEST", type=click.Path(dir_okay=False, exists=True))
 @click.option("--rows", "per_row", is_flag=True, help="also print every row: number, path (yes/no/?), library, model type, task, source, why")
 @click.option("--top", type=click.IntRange(min=0), default=15, show_default=True, help="model types without a path to list")
-def manifest_coverage(path: str, per_row: bool, top: int) -> None:
+@click.option("--exporter", type=click.Choice(["optimum", "torch", "auto"]), default=None,
+              help="count what this exporter would convert, instead of each row's own (auto: optimum where it has a "
+              "config, the torch exporter's generic path otherwise)")
+def manifest_coverage(path: str, per_row: bool, top: int, exporter: str | None) -> None:
     """Say how much of a manifest the farm has a conversion path for, by library and model type, weighted by rows.
 
     Local rows are read from their config.json; hub rows from their model_type: and library: tags
@@ -682,11 +685,12 @@ def manifest_coverage(path: str, per_row: bool, top: int) -> None:
 
     \b
         zoo-convert manifest coverage manifests/hub_examples.parquet
+        zoo-convert manifest coverage manifests/hub_examples.parquet --exporter auto
     """
     from .coverage import manifest_coverage as cover
     from .coverage import summary
 
-    rows = cover(path)
+    rows = cover(path, exporter)
     if per_row:
         for r in rows:
             mark = {True: "yes", False: "no", None: "?"}[r.path]

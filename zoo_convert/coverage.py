@@ -55,8 +55,11 @@ class RowCoverage:
     reason: str = ""
 
 
-def manifest_coverage(path: str | Path) -> list[RowCoverage]:
-    """One RowCoverage per valid row of the manifest (bad rows are ``manifest validate``'s to report)."""
+def manifest_coverage(path: str | Path, exporter: str | None = None) -> list[RowCoverage]:
+    """One RowCoverage per valid row of the manifest (bad rows are ``manifest validate``'s to report).
+
+    ``exporter`` (``optimum``, ``torch``, ``auto``) replaces every row's own, to ask what it would convert.
+    """
     manifest = read_manifest(path)
     columns = _extra_columns(Path(path))
     seen: set[int] = set()
@@ -69,7 +72,8 @@ def manifest_coverage(path: str | Path) -> list[RowCoverage]:
         extra = columns.get(row, {})
         library, model_type = _describe(entry.source, entry.tags, extra)
         task = entry.task
-        rows.append(RowCoverage(row, entry.source, library, model_type, task, *_has_path(library, model_type, task)))
+        found = _has_path(library, model_type, task, exporter or entry.exporter)
+        rows.append(RowCoverage(row, entry.source, library, model_type, task, *found))
     return rows
 
 
@@ -127,7 +131,7 @@ def _is_timm_arch(name: str) -> bool:
 _UNET_PIPELINES = ("stable-diffusion", "latent-consistency", "StableDiffusion", "LatentConsistency")
 
 
-def _has_path(library: str, model_type: str | None, task: str | None) -> tuple[bool | None, str]:
+def _has_path(library: str, model_type: str | None, task: str | None, exporter: str = "optimum") -> tuple[bool | None, str]:
     if library == "timm":
         import timm
 
@@ -158,6 +162,8 @@ def _has_path(library: str, model_type: str | None, task: str | None) -> tuple[b
         except KeyError:
             continue
     if supported is None:
+        if exporter in ("auto", "torch") and library == "transformers":
+            return _generic_path(model_type, task)
         return False, f"optimum has no ONNX config for model type {model_type!r}"
     if task is None:
         return True, ""
@@ -189,3 +195,41 @@ def _line(name: str, counts: Counter[bool | None]) -> str:
     n = sum(counts.values())
     share = f"{counts[True] / n:.0%}" if n else "-"
     return f"{name:<22} {n:>6} {counts[True]:>6} {counts[False]:>6} {counts[None]:>8} {share:>10}"
+
+
+def _generic_path(model_type: str, task: str | None) -> tuple[bool, str]:
+    """Whether the torch exporter's generic path (``generic.onnx_config``) takes a model type optimum has no config for.
+
+    Read from transformers' classes, not a model: one graph (no encoder-decoder, nothing that generates),
+    with text (``input_ids``) or an image (``pixel_values``) as the main input.
+    """
+    from optimum.exporters.tasks import TasksManager
+    from transformers import CONFIG_MAPPING
+
+    name = next((n for n in (model_type, model_type.replace("-", "_")) if n in CONFIG_MAPPING), None)
+    if name is None:
+        return False, f"transformers has no model type {model_type!r}"
+    wanted = TasksManager.map_from_synonym(task or "feature-extraction")
+    if wanted.removesuffix("-with-past") in ("text-generation", "text2text-generation") or wanted.endswith("-with-past"):
+        return False, f"the generic torch export has no past key values: {model_type} for {wanted} needs optimum's config"
+    config_class = CONFIG_MAPPING[name]
+    try:
+        composite = getattr(config_class(), "is_encoder_decoder", False)
+    except Exception:  # noqa: BLE001 - a composite config (vision-encoder-decoder) has no defaults to build
+        composite = True
+    if composite:
+        return False, f"the generic torch export exports one graph; {model_type} is an encoder-decoder"
+    try:
+        cls = TasksManager.get_model_class_for_task(wanted, model_type=name, library="transformers")
+    except (KeyError, ValueError):
+        return False, f"no transformers class loads {model_type} for {wanted}"
+    mapping = getattr(cls, "_model_mapping", None)
+    if mapping is not None:
+        if config_class not in mapping:
+            return False, f"no transformers class loads {model_type} for {wanted}"
+        cls = mapping[config_class]
+    main = getattr(cls, "main_input_name", "input_ids")
+    if main not in ("input_ids", "pixel_values"):
+        return False, f"the generic torch export handles text and image models; {cls.__name__} takes {main!r}"
+    return True, ""
+
