@@ -30,6 +30,7 @@ import argparse
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -72,44 +73,16 @@ def main() -> int:
     ap.add_argument("--generation", action="store_true",
                     help="measure the generation check over the zoo's models with past instead of the long shape")
     args = ap.parse_args()
+    print(machine())
     if args.generation:
         return generation(args)
-    print(machine())
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        work = args.keep or Path(tmp)
-        rows = zoo_job_rows(args, work)
-        runs: dict[str, list[Rows]] = defaultdict(list)
-        for i in range(args.repeat):
-            order = [(SHORT, ("--no-long-shape",)), (LONG, ())]
-            for config, flags in order if i % 2 == 0 else order[::-1]:
-                label = f"{'short' if config == SHORT else 'long'}-{i + 1}"
-                farm = run_farm_cli(label, rows, work, "--no-benchmark", *flags)
-                runs[config].append(verify_rows(work / label / "results.duckdb"))
-                print(f"{config} run {i + 1}: {farm.wall_s:.0f} s wall, "
-                      f"verify {sum(s for s, _, _ in runs[config][-1].values()):.1f} s", flush=True)  # fmt: skip
-
-    models = sorted({model for by_key in runs[SHORT] for model, _ in by_key})
-    fastest = {config: {m: min(per_model(r).get(m, 0.0) for r in runs[config]) for m in models} for config in runs}
-    print(f"\n{'model':28}{'short verify s':>16}{'long verify s':>16}{'ratio':>8}   (fastest run of each, summed over variants)")
-    for model in models:
-        short, long = fastest[SHORT][model], fastest[LONG][model]
-        print(f"{model:28}{short:>16.2f}{long:>16.2f}{long / short if short else float('nan'):>8.2f}")
-    totals = {config: sum(fastest[config].values()) for config in (SHORT, LONG)}
+    models, totals, changed = side_by_side(
+        args, lambda rows: rows, (SHORT, "short", ("--no-long-shape",)), (LONG, "long", ()), "bench-verify-"
+    )
     ratio = totals[LONG] / totals[SHORT]
-    print("\nverify seconds, all models and variants, per run: "
-          + "; ".join(f"{config}: " + ", ".join(f"{sum(s for s, _, _ in r.values()):.1f}" for r in runs[config])
-                      for config in (SHORT, LONG)))  # fmt: skip
-    changed = []
-    for key in sorted(runs[SHORT][0]):
-        short_status, long_status = runs[SHORT][0][key][1], runs[LONG][0].get(key, (0.0, "missing", ""))[1]
-        if short_status != long_status:
-            changed.append(key)
-            print(f"status differs: {key[0]} {key[1]}: {short_status} with the short shapes, {long_status} with the long "
-                  f"one: {runs[LONG][0].get(key, (0, '', ''))[2][:300]}")  # fmt: skip
-    checks = {f"long shape <= {TARGET:g}x the short shapes' verify time": ratio <= TARGET}
     return verdict(
         "bench_verify_shapes",
-        checks,
+        {f"long shape <= {TARGET:g}x the short shapes' verify time": ratio <= TARGET},
         f"{len(models)} models: verify {totals[SHORT]:.1f} s with the short shapes, {totals[LONG]:.1f} s with the long"
         f" one too ({ratio:.2f}x; each model's fastest of {args.repeat} runs); {len(changed)} model+variant statuses differ",
     )
@@ -117,44 +90,70 @@ def main() -> int:
 
 def generation(args: argparse.Namespace) -> int:
     """Verify seconds of the zoo's models with past without and with the generation check, side by side."""
-    print(machine())
-    with tempfile.TemporaryDirectory(prefix="bench-generation-") as tmp:
-        work = args.keep or Path(tmp)
-        rows = [r for r in zoo_job_rows(args, work) if str(r.get("task") or "").endswith("-with-past")]
-        print(f"{len(rows)} of them exported with past: {' '.join(Path(r['source']).name for r in rows)}", flush=True)
-        runs: dict[str, list[Rows]] = defaultdict(list)
-        for i in range(args.repeat):
-            order = [(NO_GEN, ("--no-generation",)), (GEN, ())]
-            for config, flags in order if i % 2 == 0 else order[::-1]:
-                label = f"{'forward' if config == NO_GEN else 'generation'}-{i + 1}"
-                farm = run_farm_cli(label, rows, work, "--no-benchmark", *flags)
-                runs[config].append(verify_rows(work / label / "results.duckdb"))
-                print(f"{config} run {i + 1}: {farm.wall_s:.0f} s wall, "
-                      f"verify {sum(s for s, _, _ in runs[config][-1].values()):.1f} s", flush=True)  # fmt: skip
-    models = sorted({model for by_key in runs[NO_GEN] for model, _ in by_key})
-    fastest = {config: {m: min(per_model(r).get(m, 0.0) for r in runs[config]) for m in models} for config in runs}
-    print(f"\n{'model':28}{'verify s':>12}{'+ generation s':>16}{'ratio':>8}   (fastest run of each, summed over variants)")
-    for model in models:
-        before, after = fastest[NO_GEN][model], fastest[GEN][model]
-        print(f"{model:28}{before:>12.2f}{after:>16.2f}{after / before if before else float('nan'):>8.2f}")
-    totals = {config: sum(fastest[config].values()) for config in (NO_GEN, GEN)}
+
+    def with_past(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+        kept = [r for r in rows if str(r.get("task") or "").endswith("-with-past")]
+        print(f"{len(kept)} of them exported with past: {' '.join(Path(str(r['source'])).name for r in kept)}", flush=True)
+        return kept
+
+    models, totals, changed = side_by_side(
+        args, with_past, (NO_GEN, "forward", ("--no-generation",)), (GEN, "generation", ()), "bench-generation-"
+    )
     ratio = totals[GEN] / totals[NO_GEN]
-    # Each run's own total too: on a loaded machine one model's fastest run can be either configuration's.
-    print("\nverify seconds, all models and variants, per run: "
-          + "; ".join(f"{config}: " + ", ".join(f"{sum(s for s, _, _ in r.values()):.1f}" for r in runs[config])
-                      for config in (NO_GEN, GEN)))  # fmt: skip
-    changed = []
-    for key in sorted(runs[NO_GEN][0]):
-        before_status, after = runs[NO_GEN][0][key][1], runs[GEN][0].get(key, (0.0, "missing", ""))
-        if before_status != after[1]:
-            changed.append(key)
-            print(f"status differs: {key[0]} {key[1]}: {before_status} without generation, {after[1]} with it: {after[2][:300]}")
     return verdict(
         "bench_verify_shapes --generation",
         {f"generation <= {GENERATION_TARGET:g}x the verify time without it": ratio <= GENERATION_TARGET},
         f"{len(models)} models with past: verify {totals[NO_GEN]:.1f} s without generation, {totals[GEN]:.1f} s with it"
         f" ({ratio:.2f}x; each model's fastest of {args.repeat} runs); {len(changed)} model+variant statuses differ",
     )
+
+
+Config = tuple[str, str, tuple[str, ...]]  # (name, run label, zoo-convert run flags)
+
+
+def side_by_side(
+    args: argparse.Namespace,
+    pick: Callable[[list[dict[str, object]]], list[dict[str, object]]],
+    before: Config,
+    after: Config,
+    prefix: str,
+) -> tuple[list[str], dict[str, float], list[tuple[str, str]]]:
+    """Both configurations on the same zoo rows, alternating, ``--repeat`` times each; per-model and total verify seconds.
+
+    Returns the models, each configuration's total of each model's fastest run, and the
+    (model, variant) pairs whose status differs between them (printed with the message).
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        work = args.keep or Path(tmp)
+        rows = pick(zoo_job_rows(args, work))
+        runs: dict[str, list[Rows]] = defaultdict(list)
+        for i in range(args.repeat):
+            order = [before, after]
+            for config, label, flags in order if i % 2 == 0 else order[::-1]:
+                name = f"{label}-{i + 1}"
+                farm = run_farm_cli(name, rows, work, "--no-benchmark", *flags)
+                runs[config].append(verify_rows(work / name / "results.duckdb"))
+                print(f"{config} run {i + 1}: {farm.wall_s:.0f} s wall, "
+                      f"verify {sum(s for s, _, _ in runs[config][-1].values()):.1f} s", flush=True)  # fmt: skip
+    first, second = before[0], after[0]
+    models = sorted({model for by_key in runs[first] for model, _ in by_key})
+    fastest = {config: {m: min(per_model(r).get(m, 0.0) for r in runs[config]) for m in models} for config in runs}
+    print(f"\n{'model':28}{first:>22}{second:>24}{'ratio':>8}   (verify s, fastest run of each, summed over variants)")
+    for model in models:
+        a, b = fastest[first][model], fastest[second][model]
+        print(f"{model:28}{a:>22.2f}{b:>24.2f}{b / a if a else float('nan'):>8.2f}")
+    totals = {config: sum(fastest[config].values()) for config in (first, second)}
+    # Each run's own total too: on a loaded machine one model's fastest run can be either configuration's.
+    print("\nverify seconds, all models and variants, per run: "
+          + "; ".join(f"{config}: " + ", ".join(f"{sum(s for s, _, _ in r.values()):.1f}" for r in runs[config])
+                      for config in (first, second)))  # fmt: skip
+    changed = []
+    for key in sorted(runs[first][0]):
+        status, (_, other, message) = runs[first][0][key][1], runs[second][0].get(key, (0.0, "missing", ""))
+        if status != other:
+            changed.append(key)
+            print(f"status differs: {key[0]} {key[1]}: {status} with {first}, {other} with {second}: {message[:300]}")
+    return models, totals, changed
 
 
 if __name__ == "__main__":

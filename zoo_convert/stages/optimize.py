@@ -240,6 +240,15 @@ def _component(
         made["fp16"] = _guarded(
             "fp16", lambda: _fp16(exported, component, source, method, out, external, settings, check), settings
         )
+        if made["fp16"].path is None and method != "none" and made["fp16"].details["failure_kind"] != FailureKind.INTERNAL:
+            # The child died on the fp16 of the optimized graph (ONNX Runtime crashed loading it: a
+            # signal, which _fp16's own retry cannot catch): the plain export's, in a child of its own.
+            first = made["fp16"].details["error"]
+            retry = _guarded(
+                "fp16", lambda: _fp16(exported, component, plain, "none", out, external, settings, check), settings
+            )
+            retry.details["note"] = f"from the fp32 graph failed: {first}"
+            made["fp16"] = retry
 
     # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
     for variant in variants:
