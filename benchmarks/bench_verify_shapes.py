@@ -79,7 +79,7 @@ def main() -> int:
     models, totals, changed = side_by_side(
         args, lambda rows: rows, (SHORT, "short", ("--no-long-shape",)), (LONG, "long", ()), "bench-verify-"
     )
-    ratio = totals[LONG] / totals[SHORT]
+    ratio = totals[LONG] / totals[SHORT] if totals[SHORT] else float("nan")  # nan: no model was verified
     return verdict(
         "bench_verify_shapes",
         {f"long shape <= {TARGET:g}x the short shapes' verify time": ratio <= TARGET},
@@ -99,7 +99,7 @@ def generation(args: argparse.Namespace) -> int:
     models, totals, changed = side_by_side(
         args, with_past, (NO_GEN, "forward", ("--no-generation",)), (GEN, "generation", ()), "bench-generation-"
     )
-    ratio = totals[GEN] / totals[NO_GEN]
+    ratio = totals[GEN] / totals[NO_GEN] if totals[NO_GEN] else float("nan")  # nan: no model with past among them
     return verdict(
         "bench_verify_shapes --generation",
         {f"generation <= {GENERATION_TARGET:g}x the verify time without it": ratio <= GENERATION_TARGET},
