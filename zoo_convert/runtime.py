@@ -59,7 +59,6 @@ from .records import Settings
 
 if TYPE_CHECKING:
     import onnx
-    import torch
     from onnxruntime import InferenceSession
     from optimum.exporters.onnx import OnnxConfig
     from transformers import PreTrainedTokenizerBase

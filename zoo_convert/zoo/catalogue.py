@@ -55,7 +55,6 @@ TASK_CLASSES = {
     "semantic-segmentation": "AutoModelForSemanticSegmentation",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
     "zero-shot-object-detection": "AutoModelForZeroShotObjectDetection",
-    "depth-estimation": "AutoModelForDepthEstimation",
     "image-to-image": "AutoModelForImageToImage",
 }
 
