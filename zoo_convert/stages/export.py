@@ -573,14 +573,16 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
     DETR-style detectors have an encoder and a decoder inside and export as one graph.
     """
-    if task.endswith("-with-past"):
-        raise ExportError(
-            f"the torch exporter handles single-graph models only; {ckpt.model_type} for task {task!r} "
-            "needs past key values (use exporter optimum)",
-            kind=FailureKind.EXPORT_UNSUPPORTED,
-        )
     model, report = _load_model(ckpt, task)
     _, parts = _submodels(ckpt, model, task)
+    if task.endswith("-with-past") and not ckpt.config.get("is_encoder_decoder"):
+        return _export_torch_decoder(ckpt, task, model, report, parts, opset, onnx_dir)
+    if task.endswith("-with-past"):
+        raise ExportError(
+            f"the torch exporter handles single-graph models and decoders with past; {ckpt.model_type} for task "
+            f"{task!r} is an encoder-decoder with past key values (use exporter optimum)",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
     weights = check_weights(ckpt, task, model, report, parts.values(), {})
     if len(parts) != 1:
         raise ExportError(
@@ -590,6 +592,25 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         )
     ((model, config),) = parts.values()
     component = _torch_onnx(model, config, opset, onnx_dir, {})
+    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
+
+
+def _export_torch_decoder(
+    ckpt: Checkpoint, task: str, model: Any, report: LoadingReport | None, parts: dict[str, tuple[Any, Any]],
+    opset: int | None, onnx_dir: Path,
+) -> tuple[list[Component], dict[str, Any]]:
+    """A decoder with past through the torch exporter (:mod:`zoo_convert.torch_decoder`), in optimum's layout."""
+    from .. import torch_decoder
+
+    weights = check_weights(ckpt, task, model, report, parts.values(), {})
+    if len(parts) != 1:
+        raise ExportError(
+            f"the torch exporter exports a decoder with past as one graph; optimum splits {ckpt.model_type!r} "
+            f"for task {task!r} into {len(parts)} ({', '.join(parts)}): use exporter optimum",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    ((module, config),) = parts.values()
+    component = torch_decoder.export(module, config, opset, onnx_dir)
     return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
 
 
