@@ -130,13 +130,6 @@ def test_torch_dynamo_exporter_verifies(zoo_dir: Path, tmp_path: Path, checkpoin
     assert {c.shape for c in checks} == {"1x7", "3x19", "1x128"}
 
 
-def test_torch_exporter_refuses_decoders_with_past(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
-    ckpt = checkpoint(zoo_dir / "gpt2", "text-generation")
-    with pytest.raises(ExportError) as err:
-        export(ckpt, ManifestEntry(source=str(ckpt.path), exporter="torch"), Settings(), tmp_path)
-    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
-
-
 def test_unsupported_task_is_export_unsupported(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
     ckpt = checkpoint(zoo_dir / "vit", "text-generation")
     with pytest.raises(ExportError) as err:
