@@ -1,7 +1,7 @@
 """The torch exporter's decoders with past: ``torch.onnx.export(dynamo=True)`` of a causal LM's cached step.
 
 The graph is the one optimum exports for ``text-generation-with-past`` (and
-``feature-extraction-with-past``), so ORTModelForCausalLM and transformers.js load it
+``feature-extraction-with-past``: the same without the past inputs), so ORTModelForCausalLM and transformers.js load it
 unchanged: ``onnx/model.onnx`` fed ``input_ids``, ``attention_mask`` and ``position_ids``
 where optimum's OnnxConfig has them, and the cache flattened as
 ``past_key_values.{i}.key`` / ``.value``, giving ``logits`` (or ``last_hidden_state``) and
@@ -35,11 +35,11 @@ _BATCH, _SEQUENCE, _PAST = 2, 5, 7
 
 def export(model: Any, config: Any, opset: int | None, onnx_dir: Path) -> Component:
     """Export ``model``'s cached forward into ``onnx_dir/model.onnx`` with ``config``'s (optimum's) names and axes."""
-    if not getattr(config, "use_past_in_inputs", False):
-        raise ExportError(f"{type(config).__name__} does not take past key values as inputs")
     inputs = _dummy_inputs(config)
-    past_leaves, past_spec = _pytree.tree_flatten(inputs["past_key_values"])
-    past_names = list(config.flatten_output_collection_property("past_key_values", inputs["past_key_values"]))
+    # feature-extraction-with-past: optimum's graph gives the cache (present.*) but takes no past.
+    past = inputs.get("past_key_values") if getattr(config, "use_past_in_inputs", False) else None
+    past_leaves, past_spec = _pytree.tree_flatten(past) if past is not None else ([], None)
+    past_names = list(config.flatten_output_collection_property("past_key_values", past)) if past is not None else []
     names = [n for n in config.inputs if n in inputs or n in past_names]
     if len(past_names) != len(past_leaves) or not set(past_names) <= set(names):
         raise ExportError(f"{type(config).__name__}'s past inputs {past_names[:2]}... do not match its dummy cache")
@@ -79,14 +79,14 @@ def _dummy_inputs(config: Any) -> dict[str, Any]:
     inputs: dict[str, Any] = config.generate_dummy_inputs(
         framework="pt", batch_size=_BATCH, sequence_length=_SEQUENCE, past_sequence_length=_PAST
     )
-    past = inputs["past_key_values"]
-    lengths = {t.shape[-2] for t in _leaves(past)}
-    if lengths != {_PAST}:  # optimum's generators derive the past from the sequence; cut or pad it to _PAST
+    past = inputs.get("past_key_values")
+    if past is not None and {t.shape[-2] for t in _leaves(past)} != {_PAST}:  # optimum's generators make the past as long as the sequence: a new one of _PAST
         inputs["past_key_values"] = _resize_past(past, _PAST)
+    start = _PAST if past is not None else 0
     if "attention_mask" in inputs:
-        inputs["attention_mask"] = torch.ones(_BATCH, _PAST + _SEQUENCE, dtype=inputs["attention_mask"].dtype)
+        inputs["attention_mask"] = torch.ones(_BATCH, start + _SEQUENCE, dtype=inputs["attention_mask"].dtype)
     if "position_ids" in inputs:
-        inputs["position_ids"] = torch.arange(_PAST, _PAST + _SEQUENCE, dtype=torch.int64).expand(_BATCH, -1).contiguous()
+        inputs["position_ids"] = torch.arange(start, start + _SEQUENCE, dtype=torch.int64).expand(_BATCH, -1).contiguous()
     return inputs
 
 
@@ -128,7 +128,7 @@ class _CachedStep(torch.nn.Module):
         self.outputs = outputs
 
     def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        past = _pytree.tree_unflatten([args[i] for i in self.past_index], self.past_spec)
+        past = _pytree.tree_unflatten([args[i] for i in self.past_index], self.past_spec) if self.past_index else None
         kwargs = {n: a for i, (n, a) in enumerate(zip(self.names, args)) if i not in self.past_index}
         out = self.model(**kwargs, past_key_values=past, use_cache=True)  # the patcher's forward: cache in, tuples out
         present = _pytree.tree_leaves(out["past_key_values"])

@@ -58,3 +58,22 @@ def test_ortmodel_generates_pytorchs_tokens_from_the_torch_export(zoo_dir: Path,
     got = ort.generate(**inputs, **greedy)
     assert got.tolist() == want.tolist()
     assert len(set(want[0, -12:].tolist())) > 1  # not one token repeated: the cache steps are exercised
+
+
+def test_feature_extraction_with_past_has_optimums_layout(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:
+    """feature-extraction-with-past: the cache as outputs only (no past inputs), as optimum writes it; verified."""
+    from zoo_convert.stages import Artifact
+    from zoo_convert.stages.export import export
+    from zoo_convert.stages.verify import verify
+
+    ckpt = checkpoint(zoo_dir / "llama", "feature-extraction-with-past")
+    graphs = {
+        exporter: export(ckpt, ManifestEntry(source=str(ckpt.path), exporter=exporter), Settings(), tmp_path / exporter)
+        for exporter in ("torch", "optimum")
+    }
+    torch_io, optimum_io = (_io(ex.components[0].path) for ex in graphs.values())
+    assert torch_io == optimum_io and torch_io[1][:2] == ["last_hidden_state", "present.0.key"]
+    assert not any(name.startswith("past_key_values") for name in torch_io[0])
+    ex = graphs["torch"]
+    checks = verify(ex, Artifact("fp32", {"model": ex.components[0].path}), Settings(verify_long=False))
+    assert checks and all(c.passed for c in checks)
