@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import diffusion, generic, onnx_graph
+from .. import diffusion, generic, onnx_graph, torch_seq2seq
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, processor_shapes, shape_kwargs
@@ -573,15 +573,20 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
     DETR-style detectors have an encoder and a decoder inside and export as one graph.
     """
-    if task.endswith("-with-past"):
+    if task.endswith("-with-past") and not ckpt.config.get("is_encoder_decoder"):
         raise ExportError(
             f"the torch exporter handles single-graph models only; {ckpt.model_type} for task {task!r} "
             "needs past key values (use exporter optimum)",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     model, report = _load_model(ckpt, task)
-    _, parts = _submodels(ckpt, model, task)
-    weights = check_weights(ckpt, task, model, report, parts.values(), {})
+    main_config, parts = _submodels(ckpt, model, task)
+    seq2seq = "encoder_model" in parts  # an encoder-decoder: optimum's split, each graph through dynamo
+    shapes = _dummy_shapes(ckpt, main_config) if seq2seq else {}
+    weights = check_weights(ckpt, task, model, report, parts.values(), shapes)
+    if seq2seq:
+        components = torch_seq2seq.export(model, main_config, parts, opset, onnx_dir, shapes)
+        return components, {"exporter": "torch", **({"weights": weights} if weights else {})}
     if len(parts) != 1:
         raise ExportError(
             f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "
