@@ -120,7 +120,7 @@ def _wrapper(module: Any, config: Any, names: list[str], model_kwargs: dict[str,
                 raise ExportError(f"{type(module).__name__} returned no {', '.join(missing)} (it gave {', '.join(flat)})")
             return tuple(flat[n] for n in outputs)
 
-    return Graph()
+    return Graph().eval()  # the module as loaded is in eval mode: its wrapper too
 
 
 def _export_graph(module: Any, config: Any, opset: int | None, path: Path, shapes: dict[str, int]) -> None:
