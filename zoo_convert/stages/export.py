@@ -7,7 +7,9 @@ Two exporters share one shape of result:
   ``ORTModel`` load: ``onnx/model.onnx``, or ``onnx/encoder_model.onnx`` +
   ``onnx/decoder_model_merged.onnx`` for encoder-decoders.
 * ``torch``: ``torch.onnx.export(dynamo=True)`` of the whole model as one
-  ``onnx/model.onnx``, for single-graph (encoder-style) models; a model type
+  ``onnx/model.onnx``, for single-graph (encoder-style) models, and of each graph
+  of optimum's split for encoder-decoders, in optimum's layout
+  (:mod:`zoo_convert.torch_seq2seq`); a model type
   optimum has no config for takes the generic path (:mod:`zoo_convert.generic`:
   the OnnxConfig is built from the model itself), recorded in the details as
   ``generic`` with the reason.
@@ -568,7 +570,7 @@ def _submodels(ckpt: Checkpoint, model: Any, task: str) -> tuple[Any, dict[str, 
 
 
 def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict[str, Any]]:
-    """``torch.onnx.export(dynamo=True)`` of single-graph models, with optimum's inputs and axes.
+    """``torch.onnx.export(dynamo=True)`` of single-graph models and encoder-decoders, with optimum's inputs and axes.
 
     Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
     DETR-style detectors have an encoder and a decoder inside and export as one graph.
