@@ -19,6 +19,9 @@ the PyTorch reference is the model as loaded.
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,17 +148,29 @@ def _export_graph(module: Any, config: Any, opset: int | None, path: Path, shape
     tensors = tuple(_resized(flat[n], axes[n]) for n in names)
     dynamic = tuple({axis: torch.export.Dim.AUTO for axis in axes[n]} for n in names)
     wrapper = _wrapper(module, config, names, model_kwargs)
-    with torch.no_grad(), config.patch_model_for_export(module, model_kwargs=model_kwargs):
-        program = torch.onnx.export(
-            wrapper,
-            tensors,
-            dynamo=True,
-            input_names=names,
-            output_names=list(config.outputs),
-            dynamic_shapes=(dynamic,),
-            opset_version=opset,
-            external_data=False,
-        )
+    export_args: dict[str, Any] = dict(
+        dynamo=True,
+        input_names=names,
+        output_names=list(config.outputs),
+        dynamic_shapes=(dynamic,),
+        opset_version=opset,
+        external_data=False,
+    )
+    try:
+        with torch.no_grad(), _patched(config, module, model_kwargs, ops=True):
+            program = torch.onnx.export(wrapper, tensors, **export_args)
+    except Exception as exc:  # noqa: BLE001 - torch.onnx's own error types; anything else propagates
+        if type(exc).__name__ != "TorchExportError":
+            raise
+        # optimum's op replacements are TorchScript workarounds; one can stop torch.export
+        # (moonshine: its traceable SDPA guards on a data-dependent size). Once more without them.
+        try:
+            with torch.no_grad(), _patched(config, module, model_kwargs, ops=False):
+                program = torch.onnx.export(wrapper, tensors, **export_args)
+        except Exception as again:  # noqa: BLE001 - as above
+            if type(again).__name__ != "TorchExportError":
+                raise
+            raise ExportError(f"{path.name}: torch.export failed: {_summary(again)}") from again
     if program is None:  # only with dynamo=False, which is not asked for
         raise ExportError("torch.onnx.export returned no ONNX program")
     program.save(str(path), external_data=False)
@@ -186,6 +201,23 @@ def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str,
     del model.graph.output[:]
     model.graph.output.extend(declared)
     onnx_graph.save(model, path, external=False)
+
+
+@contextlib.contextmanager
+def _patched(config: Any, module: Any, model_kwargs: dict[str, Any], *, ops: bool) -> Iterator[None]:
+    """optimum's export patcher entered (model-specific switches, traceable masks and cache), its op replacements only if ``ops``."""
+    patcher = config.patch_model_for_export(module, model_kwargs=model_kwargs)
+    with patcher:
+        if not ops:
+            patcher.restore_ops()
+        yield
+
+
+def _summary(exc: BaseException) -> str:
+    """The cause torch.onnx's TorchExportError names under "Exception summary" (its first line is boilerplate)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"## Exception summary\s+(.+)", text)
+    return (found.group(1) if found else text.splitlines()[0] if text else type(exc).__name__).strip()
 
 
 def _flat_inputs(config: Any, dummy: dict[str, Any]) -> dict[str, torch.Tensor]:
