@@ -19,9 +19,7 @@ the PyTorch reference is the model as loaded.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,20 +155,15 @@ def _export_graph(module: Any, config: Any, opset: int | None, path: Path, shape
         external_data=False,
     )
     try:
-        with torch.no_grad(), _patched(config, module, model_kwargs, ops=True):
+        with torch.no_grad(), config.patch_model_for_export(module, model_kwargs=model_kwargs):
             program = torch.onnx.export(wrapper, tensors, **export_args)
-    except Exception as exc:  # noqa: BLE001 - torch.onnx's own error types; anything else propagates
+    except Exception as exc:  # noqa: BLE001 - torch.onnx's own error type; anything else propagates
         if type(exc).__name__ != "TorchExportError":
             raise
-        # optimum's op replacements are TorchScript workarounds; one can stop torch.export
-        # (moonshine: its traceable SDPA guards on a data-dependent size). Once more without them.
-        try:
-            with torch.no_grad(), _patched(config, module, model_kwargs, ops=False):
-                program = torch.onnx.export(wrapper, tensors, **export_args)
-        except Exception as again:  # noqa: BLE001 - as above
-            if type(again).__name__ != "TorchExportError":
-                raise
-            raise ExportError(f"{path.name}: torch.export failed: {_summary(again)}") from again
+        # Its first line is boilerplate ("Failed to export the model with torch.export"); the cause is the summary.
+        # (Exporting without optimum's patcher, which is made for TorchScript, gets moonshine's encoder past
+        # torch.export, but into a graph ONNX Runtime cannot run at another length: not worth a second export.)
+        raise ExportError(f"{path.name}: torch.export failed: {_summary(exc)}") from exc
     if program is None:  # only with dynamo=False, which is not asked for
         raise ExportError("torch.onnx.export returned no ONNX program")
     program.save(str(path), external_data=False)
@@ -201,16 +194,6 @@ def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str,
     del model.graph.output[:]
     model.graph.output.extend(declared)
     onnx_graph.save(model, path, external=False)
-
-
-@contextlib.contextmanager
-def _patched(config: Any, module: Any, model_kwargs: dict[str, Any], *, ops: bool) -> Iterator[None]:
-    """optimum's export patcher entered (model-specific switches, traceable masks and cache), its op replacements only if ``ops``."""
-    patcher = config.patch_model_for_export(module, model_kwargs=model_kwargs)
-    with patcher:
-        if not ops:
-            patcher.restore_ops()
-        yield
 
 
 def _summary(exc: BaseException) -> str:
