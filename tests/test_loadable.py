@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def _empty_vocab(folder: Path) -> None:
          "ValueError: Tokenizer class FooTokenizer does not exist"),
         ("bert", _without("vocab.txt", "tokenizer.json"),
          "vocab.txt (missing, and no tokenizer.json) in the artifact folder does not load (AutoTokenizer)"),
-        ("bert", _empty_vocab, "in the artifact folder does not load (AutoTokenizer): Exception: WordPiece error"),
+        ("bert", _empty_vocab, "vocab.txt in the artifact folder does not load (AutoTokenizer): Exception: WordPiece error"),
         ("vit", _edit("preprocessor_config.json", image_processor_type="FooImageProcessor"),
          "preprocessor_config.json in the artifact folder does not load (AutoImageProcessor): "
          "ValueError: Unrecognized image processor"),
@@ -104,6 +105,19 @@ def test_a_side_file_export_did_not_copy_is_a_bug_of_ours(
     result = _convert(built, tmp_path, "bert", _without("tokenizer.json"))
     assert (result.status, result.failure_kind) == ("failed", "internal"), result.message
     assert "AutoTokenizer loads the checkpoint but not the artifact folder, which lacks vocab.txt" in (result.message or "")
+
+
+@pytest.mark.skipif(find_spec("sentencepiece") is not None, reason="sentencepiece is installed: the tokenizer converts")
+def test_a_library_this_environment_lacks_is_ours_not_the_checkpoint_s(built: Path, tmp_path: Path) -> None:
+    """A t5 with spiece.model alone: converting it needs a library (sentencepiece) the farm must install, not the model fix."""
+
+    def sentencepiece_only(folder: Path) -> None:
+        (folder / "tokenizer.json").unlink()
+        (folder / "spiece.model").write_bytes(b"\x0a\x0b")
+
+    result = _convert(built, tmp_path, "t5", sentencepiece_only)
+    assert (result.status, result.failure_kind, result.stage) == ("failed", "internal", "export"), result.message
+    assert "AutoTokenizer needs tiktoken, which this environment lacks, to load spiece.model" in (result.message or "")
 
 
 def test_the_artifact_folder_loads_as_its_users_load_it(built: Path, tmp_path: Path) -> None:

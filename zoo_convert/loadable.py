@@ -116,7 +116,13 @@ def _failure(loader: _Loader, ckpt: Checkpoint, folder: Path, source: str, exc: 
     try:
         loader.run(ckpt.path)
     except Exception:  # noqa: BLE001 - the checkpoint's file is broken too: its fault, not the copy's
-        culprit = loader.culprit(folder, exc) if loader.culprit is not None else loader.file
+        culprit = _culprit(loader, folder, exc)
+        missing = _missing_module(exc)
+        if missing is not None:  # sentencepiece, tiktoken...: ours to install, the file may be fine
+            return ZooConvertError(
+                f"{source}: {loader.name} needs {missing}, which this environment lacks, to load "
+                f"{culprit} from the artifact folder: {reason}"
+            )
         return FetchError(f"{source}: {culprit} in the artifact folder does not load ({loader.name}): {reason}")
     artifact = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
     left_out = sorted(
@@ -127,6 +133,30 @@ def _failure(loader: _Loader, ckpt: Checkpoint, folder: Path, source: str, exc: 
         f"{source}: {loader.name} loads the checkpoint but not the artifact folder, which lacks "
         f"{', '.join(left_out) or 'no file of it'}: {reason}"
     )
+
+
+def _culprit(loader: _Loader, folder: Path, exc: BaseException) -> str:
+    """The file to name for a loader's failure; the loader's own file when looking closer fails too."""
+    if loader.culprit is None:
+        return loader.file
+    try:
+        return loader.culprit(folder, exc)
+    except Exception:  # noqa: BLE001 - e.g. a tokenizer class whose library is missing (a dummy that raises ImportError)
+        return loader.file
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    """The modules a loader failed to import on the way to ``exc`` (transformers converts a slow tokenizer with
+    sentencepiece, else tiktoken); None when it imported what it needed."""
+    seen: set[int] = set()
+    names: list[str] = []
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ImportError):
+            names.append(cur.name or first_line(cur))
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return " or ".join(dict.fromkeys(reversed(names))) if names else None
 
 
 def _auto(name: str, folder: Path, remote: bool) -> Any:
@@ -162,10 +192,16 @@ def _tokenizer_culprit(folder: Path, exc: BaseException) -> str:
     model_type = _json_or_empty(folder / "config.json").get("model_type")
     names = [named] if isinstance(named, str) else [n for n in TOKENIZER_MAPPING_NAMES.get(str(model_type), ()) if n]
     slow = next((c for n in names if (c := tokenizer_class_from_name(n.removesuffix("Fast"))) is not None), None)
-    vocab = [f for f in getattr(slow, "vocab_files_names", {}).values() if not (folder / f).is_file()]
-    if vocab and not (folder / "tokenizer.json").is_file():
-        return f"{' and '.join(vocab)} (missing, and no tokenizer.json)"
-    mentioned = [name for name in TOKENIZER_FILES if name in str(exc)]
+    try:
+        vocab = list(getattr(slow, "vocab_files_names", {}).values())
+    except ImportError:  # the class is a dummy: its library (sentencepiece) is missing
+        vocab = []
+    if not (folder / "tokenizer.json").is_file():  # the fast tokenizer is converted from the vocabulary
+        if absent := [f for f in vocab if not (folder / f).is_file()]:
+            return f"{' and '.join(absent)} (missing, and no tokenizer.json)"
+        if present := [f for f in vocab or TOKENIZER_FILES[2:] if (folder / f).is_file()]:
+            return present[0]
+    mentioned = [name for name in TOKENIZER_FILES if name in str(exc) and (folder / name).is_file()]
     return mentioned[0] if mentioned else "tokenizer_config.json"
 
 
