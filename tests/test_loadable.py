@@ -142,3 +142,16 @@ def test_an_image_model_s_artifact_folder_loads_its_image_processor(built: Path,
     assert result.passed, result.message
     loaded = next(s for s in result.stages if s.stage == "export").details["loaded"]
     assert loaded["AutoImageProcessor"] == "ViTImageProcessor" and "AutoTokenizer" not in loaded
+
+
+def test_a_vocabulary_other_tokenizer_classes_name_is_fetched_and_copied(tmp_path: Path) -> None:
+    """DeBERTa-v3 ships spm.model and no tokenizer.json: left out of the artifacts, its tokenizer does not load there."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from zoo_convert.stages import fetch
+
+    names = ["spm.model", "bpe.codes", "entity_vocab.json", "normalizer.json", "prophetnet.tokenizer"]
+    for name in ["config.json", *names, "vocab.pkl"]:
+        (tmp_path / name).write_text("{}")
+    assert {p.name for p in sources.side_files(tmp_path)} == {"config.json", *names}  # never a pickled vocab.pkl
+    assert set(filter_repo_objects(names, allow_patterns=fetch.SIDE_FILES)) == set(names)
