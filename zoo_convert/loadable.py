@@ -129,10 +129,8 @@ def _failure(loader: _Loader, ckpt: Checkpoint, folder: Path, source: str, exc: 
         rel for p in ckpt.path.iterdir()
         if p.is_file() and (rel := p.name) not in artifact and not rel.endswith((".safetensors", ".bin", ".pt", ".pth"))
     )  # fmt: skip
-    return ZooConvertError(
-        f"{source}: {loader.name} loads the checkpoint but not the artifact folder, which lacks "
-        f"{', '.join(left_out) or 'no file of it'}: {reason}"
-    )
+    lacks = f"which lacks {', '.join(left_out)}" if left_out else "though it holds every file of the checkpoint"
+    return ZooConvertError(f"{source}: {loader.name} loads the checkpoint but not the artifact folder, {lacks}: {reason}")
 
 
 def _culprit(loader: _Loader, folder: Path, exc: BaseException) -> str:
@@ -273,7 +271,9 @@ def _timm_transform(folder: Path) -> Any:
     from .runtime import sample_images
 
     config = _json_or_empty(folder / "config.json")
-    cfg = config.get("pretrained_cfg")
+    if not config:
+        raise ValueError("no config.json that holds a JSON object")
+    cfg = config.get("pretrained_cfg", {})  # none: timm's defaults, as verify takes them
     if not isinstance(cfg, dict):
         raise ValueError(f"pretrained_cfg is a JSON {type(cfg).__name__ if cfg is not None else 'null'}, not an object")
     transform = create_transform(**resolve_data_config(pretrained_cfg=cfg), is_training=False)
