@@ -423,6 +423,7 @@ class _Driver:
         self.fault_streak: tuple[FailureKind, set[str], int] | None = None
         self.last_fault: dict[str, ConversionResult] = {}
         self.stop_for: tuple[FailureKind, ConversionResult] | None = None
+        self.raylet_died: str | None = None  # why, once a task said the driver's own raylet died
 
     def run(self, jobs: tuple[Job, ...], unresolved: tuple[ManifestEntry, ...] = (), done: set[str] | None = None) -> None:
         """Run every job to one terminal result; resolve ``unresolved`` entries on the way and run them too."""
@@ -445,11 +446,18 @@ class _Driver:
             ready, rest = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
             if ready and rest:  # take everything else that is done too: one DB transaction for all of it
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            finished = []
+            finished, lost = [], []
             for ref in ready:
                 job, attempt = self.in_flight.pop(ref)
-                finished += self._done(job, attempt, self._collect(ref, job))
+                result = self._collect(ref, job)
+                if self.raylet_died is not None and result.failure_kind == FailureKind.WORKER_LOST.value:
+                    lost.append(job)  # not the model's answer, nor worth a retry here: left for the next run
+                    continue
+                finished += self._done(job, attempt, result)
             _record(self.store, self.report, self.progress, finished)
+            if self.raylet_died is not None:
+                self._abandon(len(queue) + len(lost), self.raylet_died)
+                break
             self.progress.tick(self.report, len(self.in_flight))
             if self.stop_for is not None and (queue or self.waiting or self.in_flight):
                 self._stop(queue, *self.stop_for)
@@ -477,6 +485,16 @@ class _Driver:
             f" ({first[0] if first else 'no message'}): the machine's fault, not the models'; {left} jobs left"
             " for the next run"
         )
+
+    def _abandon(self, unstarted: int, why: str) -> None:
+        """Stop at once, recording nothing more: the driver's raylet died, so no job can run or be retried from here.
+        Every job not answered yet (``unstarted`` of them out of flight) has no result, and the next run redoes it."""
+        left = unstarted + len(self.in_flight) + len(self.waiting) + (len(self.unresolved[0]) if self.unresolved else 0)
+        self.in_flight.clear()  # their tasks died with the raylet
+        self.waiting.clear()
+        self.unresolved = None
+        self.report.stopped = (f"stopped: this machine's Ray raylet died ({why}): the machine's fault, not the models';"
+                               f" {left} jobs left for the next run")  # fmt: skip
 
     def _streak(self, job: Job, kind: FailureKind | None, result: ConversionResult) -> bool:
         """Whether every job of late met the same fault of the machine: at least STOP_AFTER_JOBS of them in a row
@@ -547,6 +565,11 @@ class _Driver:
                 raise exc.cause from None  # the node is unsafe to run on, not the model: stop the run
             # our task wrapper raised: a bug of ours, not worth retrying
             return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")
+        except ray.exceptions.LocalRayletDiedError as exc:
+            # This machine's raylet is gone (its DashboardAgent killed takes it along): no task can run from here
+            # any more, so retrying only spends the backoff; the run stops (``raylet_died``) and records nothing.
+            self.raylet_died = first_line(exc)
+            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
         except ray.exceptions.RayError as exc:
             return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
 
