@@ -127,3 +127,23 @@ def test_measure_sums_a_process_tree_and_counts_forked_pages_once(tmp_path: Path
     assert m.maxrss_bytes >= 0.3e9  # the largest single process, as wait4 reports it
     assert m.cpu_s > 0 and m.wall_s >= 2
     assert max(n for _, _, n in m.timeline) == 3
+
+
+@pytest.mark.slow
+def test_optimum_cli_exports_a_timm_folder_by_hub_id_offline(tmp_path: Path) -> None:
+    # The bench's optimum side for timm, as it runs it: optimum-cli with a Hub id, HF_HUB_OFFLINE, the cache of hub_cache.
+    import subprocess
+
+    import onnx
+    import timm
+    from timm.models import save_for_hf
+
+    save_for_hf(timm.create_model("test_resnet", pretrained=False, num_classes=5), str(tmp_path / "ckpt"), safe_serialization=True)
+    env = _realsize.hub_cache(tmp_path / "ckpt", tmp_path / "home", "realsize/tiny")
+    cli = Path(sys.executable).parent / "optimum-cli"
+    out = tmp_path / "out"
+    done = subprocess.run([str(cli), "export", "onnx", "--model", "realsize/tiny", "--task", "image-classification", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert [d.dim_value for d in graph.graph.output[0].type.tensor_type.shape.dim][1:] == [5]  # the folder's head
