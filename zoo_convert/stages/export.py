@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import diffusion, generic, onnx_graph, torch_seq2seq
+from .. import diffusion, generic, loadable, onnx_graph, torch_seq2seq
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, processor_shapes, shape_kwargs
@@ -89,6 +89,9 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     task, no_config = _resolve_task(ckpt, entry)
     if no_config is not None and entry.exporter == "optimum":
         raise ExportError(no_config, kind=FailureKind.EXPORT_UNSUPPORTED)
+    # The side files first, loaded back as users load them: a file that does not load fails the job before the export.
+    _copy_side_files(ckpt.path, sides, Path(out_dir))
+    loaded = loadable.load(ckpt, Path(out_dir), entry.source)
     try:
         with processor_fallback():
             if no_config is not None:  # torch or auto: the generic path, built from the model itself
@@ -109,11 +112,14 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     # (check, census, input names, the fusers' and quantizers' walks) skips them.
     for comp in components:
         onnx_graph.externalize(comp.path)
-    _copy_side_files(ckpt.path, sides, Path(out_dir))
     modules, left_out = sentence_transformers_files(ckpt.path)
     if modules:
         details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
-    return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
+    details.update(task=task, weights_bytes=weights, loaded=loaded.details)
+    exported = _describe(ckpt, Path(out_dir), components, details)
+    if loaded.tokenizer is not None:  # verify tokenizes with the artifacts' tokenizer: loaded once per job
+        exported.cache.tokenizer, exported.cache.tokenizer_loaded = loaded.tokenizer, True
+    return exported
 
 
 def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> ExportedModel:
