@@ -3,6 +3,11 @@
 Every checkpoint has random weights and the real model's configuration, written
 here from code (no Hub access): the sizes (hidden, layers, heads, vocabulary,
 positions) decide the time and memory a conversion costs, the values do not.
+The timm models are ``timm.create_model(arch, pretrained=False)`` (timm's own
+configuration of the architecture, its default pretrained tag's preprocessing),
+saved as ``timm.models.save_for_hf`` writes a Hub checkpoint; optimum-cli reads
+them through a Hugging Face cache laid out around the same files
+(:func:`hub_cache`), the way it loads a timm model from the Hub.
 Text models get a real tokenizer where the pipeline's verify reads one:
 bert-base borrows all-MiniLM-L6-v2's (the same bert-base-uncased vocabulary);
 the others get the zoo's tokenizer of the same family, whose 1,000 ids are all
@@ -15,6 +20,7 @@ valid for the larger vocabulary the config keeps.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -45,6 +51,7 @@ class RealModel:
         latency: whether part 2 compares its artifacts with optimum's presets.
         big: the > 2 GB model (its own memory target; ``--skip-llama`` leaves it out).
         prebuilt: a folder that ships with a package and is used in place (nothing is built).
+        timm: the timm architecture of a timm checkpoint (None: a transformers one, built from ``CONFIGS``).
     """
 
     name: str
@@ -53,6 +60,7 @@ class RealModel:
     latency: bool = False
     big: bool = False
     prebuilt: bool = False
+    timm: str | None = None
 
 
 MODELS = (
@@ -64,7 +72,12 @@ MODELS = (
     RealModel("vit-base", "image-classification", "google/vit-base-patch16-224"),
     RealModel("whisper-tiny", "automatic-speech-recognition-with-past", "openai/whisper-tiny"),
     RealModel("llama-2g", "text-generation-with-past", "TinyLlama/TinyLlama-1.1B (10 of its 22 layers)", big=True),
+    RealModel("resnet50", "image-classification", "timm/resnet50.a1_in1k", timm="resnet50"),
+    RealModel("vit-base-timm", "image-classification", "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+              timm="vit_base_patch16_224"),  # fmt: skip
+    RealModel("convnext-tiny", "image-classification", "timm/convnext_tiny.in12k_ft_in1k", timm="convnext_tiny"),
 )
+BY_NAME = {m.name: m for m in MODELS}
 
 
 def minilm_dir() -> Path:
@@ -314,11 +327,55 @@ def build(name: str, folder: Path) -> None:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     torch.manual_seed(zlib.crc32(name.encode()))
-    with torch.no_grad():
-        model = model_for(CONFIGS[name]())
-    model.save_pretrained(folder, safe_serialization=True, max_shard_size=SHARD_SIZE.get(name, "10GB"))
-    SIDE_FILES[name](folder)
+    arch = BY_NAME[name].timm
+    if arch is not None:
+        _build_timm(arch, folder)
+    else:
+        with torch.no_grad():
+            model = model_for(CONFIGS[name]())
+        model.save_pretrained(folder, safe_serialization=True, max_shard_size=SHARD_SIZE.get(name, "10GB"))
+        SIDE_FILES[name](folder)
     (folder / STAMP).write_text(f"{name} {BUILD_VERSION}\n")
+
+
+def _build_timm(arch: str, folder: Path) -> None:
+    """timm's own configuration of ``arch`` with its fresh init, saved as ``save_for_hf`` writes a Hub checkpoint.
+
+    The folder is what a timm repository on the Hub holds (config.json with architecture,
+    num_classes and pretrained_cfg; model.safetensors): zoo-convert reads it as a local folder,
+    optimum-cli through :func:`hub_cache`.
+    """
+    import timm
+    from timm.models import save_for_hf
+
+    model = timm.create_model(arch, pretrained=False).eval()
+    save_for_hf(model, str(folder), safe_serialization=True)
+
+
+def hub_cache(folder: Path, home: Path, repo_id: str) -> dict[str, str]:
+    """Lay ``folder`` out as ``repo_id`` in a Hugging Face cache under ``home``; the environment that reads it offline.
+
+    optimum-cli loads a timm model with ``timm.create_model("hf_hub:<id>", pretrained=True)``,
+    which takes no local folder. A cache snapshot (``models--org--name/snapshots/<sha>/``,
+    ``refs/main`` naming it) whose files link to the checkpoint's own, read with
+    ``HF_HUB_OFFLINE=1``, is a Hub checkpoint to every loader on the way (optimum's library
+    inference, timm's config and weight downloads) with no request sent and no byte copied.
+    """
+    repo = home / "hub" / f"models--{repo_id.replace('/', '--')}"
+    sha = f"{zlib.crc32(str(folder.resolve()).encode()):08x}".ljust(40, "0")  # a fixed commit per folder
+    snapshot = repo / "snapshots" / sha
+    if repo.exists():
+        shutil.rmtree(repo)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    for file in sorted(folder.iterdir()):
+        if file.is_file() and file.name != STAMP:
+            (snapshot / file.name).symlink_to(file.resolve())
+    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # HF_HOME's hub/ is the cache
+        env.pop(var, None)
+    return env
 
 
 def is_built(name: str, folder: Path) -> bool:

@@ -4,13 +4,21 @@ Checkpoints (built at run time into ``build/realsize/ckpt`` and reused by later
 runs; see ``_realsize.py``): the real all-MiniLM-L6-v2, and random weights with
 the real configurations of bert-base-uncased, gpt2 (124M, exported with past),
 t5-small, vit-base-patch16-224, whisper-tiny, and a 2.28 GB llama-style decoder
-in three safetensors shards (``llama-2g``).
+in three safetensors shards (``llama-2g``); and three timm models, resnet50,
+vit_base_patch16_224 (``vit-base-timm``) and convnext_tiny, timm's own
+configurations with a seeded fresh init, saved as ``timm.models.save_for_hf``
+writes a Hub checkpoint.
 
 Part 1, per model, one after another (never two heavy processes at once), each
 command timed end to end with its process tree's memory sampled from /proc:
 
 * ``optimum``: ``optimum-cli export onnx --task T --optimize O2`` (export, fuse,
-  validate at one shape);
+  validate at one shape). A timm model is named by a Hub id and read from a private
+  Hugging Face cache, offline, whose snapshot links to the same folder: optimum loads
+  timm with ``create_model("hf_hub:<id>")``, never from a folder. Its ``--optimize`` fails
+  on every timm checkpoint (ORTOptimizer reads the export's config.json with AutoConfig,
+  which a timm config without ``model_type`` fails), so the timm rows (marked ``*``)
+  compare against its plain export (export, validate at one shape), the cheaper command;
 * ``ours fp32``: ``zoo-convert convert --variants fp32 --no-benchmark`` (export,
   check, fused fp32 verified against PyTorch in its forked child, at two shapes and the long one);
 * ``ours all``: ``zoo-convert convert`` (fp32, fp16, int8, each verified and timed).
@@ -50,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import BIN, Measured, cpu_model, machine, measure, verdict
-from _realsize import MODELS, RealModel, is_built, minilm_dir, weight_bytes
+from _realsize import MODELS, RealModel, hub_cache, is_built, minilm_dir, weight_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT_DIR = ROOT / "build" / "realsize" / "ckpt"
@@ -90,20 +98,45 @@ def checkpoint(model: RealModel) -> Path:
     return folder
 
 
-def optimum_cmd(ckpt: Path, task: str, out: Path, level: str | None) -> list[str]:
+def optimum_cmd(source: str | Path, task: str, out: Path, level: str | None) -> list[str]:
     """``optimum-cli export onnx``, with ``--optimize level`` unless level is None."""
     optimize = ["--optimize", level] if level else []
-    return [str(BIN / "optimum-cli"), "export", "onnx", "--model", str(ckpt), "--task", task, *optimize, str(out)]
+    return [str(BIN / "optimum-cli"), "export", "onnx", "--model", str(source), "--task", task, *optimize, str(out)]
+
+
+def optimum_source(model: RealModel, ckpt: Path) -> tuple[str, dict[str, str] | None]:
+    """What optimum-cli's ``--model`` names for ``model``, and the environment it runs in (None: ours).
+
+    A transformers checkpoint is the folder itself. A timm one is read the way optimum reads
+    any timm model, ``timm.create_model("hf_hub:<id>", pretrained=True)``: by a Hub id, here
+    answered offline from a private cache whose snapshot links to the same files.
+    """
+    if model.timm is None:
+        return str(ckpt), None
+    repo_id = f"realsize/{model.name}"
+    return repo_id, hub_cache(ckpt, CKPT_DIR.parent / "hf-home", repo_id)
+
+
+def optimum_level(model: RealModel) -> str | None:
+    """O2 for transformers models; none for timm, where optimum-onnx 0.1.0's ``--optimize`` cannot run.
+
+    Its ORTOptimizer reads the export's config.json with AutoConfig, which a timm config
+    (no ``model_type``) fails, after the export and before the validation (unless the output
+    folder's path happens to contain a transformers model type's name, AutoConfig's
+    fallback: ``.../resnet50/o2`` would be read as a transformers ResNet). The plain export
+    validates and is the cheaper command.
+    """
+    return None if model.timm else "O2"
 
 
 def ours_cmd(ckpt: Path, task: str, out: Path, *flags: str) -> list[str]:
     return [str(BIN / "zoo-convert"), "convert", str(ckpt), "--task", task, "--out", str(out), *flags]
 
 
-def run_side(side: Side, cmd: list[str], out: Path, logs: Path) -> None:
+def run_side(side: Side, cmd: list[str], out: Path, logs: Path, env: dict[str, str] | None = None) -> None:
     """One measured run of ``cmd`` into a fresh ``out``; our runs' result.json is kept for the stage table."""
     shutil.rmtree(out, ignore_errors=True)
-    m = measure(cmd, logs / f"{side.label.replace(' ', '-')}-{len(side.runs) + 1}.log")
+    m = measure(cmd, logs / f"{side.label.replace(' ', '-')}-{len(side.runs) + 1}.log", env)
     side.runs.append(m)
     found = sorted(out.rglob("result.json"))
     if found:
@@ -150,11 +183,13 @@ def stage_line(result: dict | None) -> str:
 
 
 def part1(model: RealModel, ckpt: Path, work: Path, repeat: int) -> dict[str, Side]:
-    """optimum O2, ours fp32, ours all, ``repeat`` rounds in that order; artifacts of the last round are kept."""
+    """optimum O2 (timm: its plain export), ours fp32, ours all, ``repeat`` rounds in that order; artifacts of the last round are kept."""
     sides = {k: Side(k) for k in ("optimum O2", "ours fp32", "ours all")}
     logs = work / "logs"
+    source, env = optimum_source(model, ckpt)
     for _ in range(repeat):
-        run_side(sides["optimum O2"], optimum_cmd(ckpt, model.task, work / "o2", "O2"), work / "o2", logs)
+        run_side(sides["optimum O2"], optimum_cmd(source, model.task, work / "o2", optimum_level(model)), work / "o2",
+                 logs, env)  # fmt: skip
         run_side(sides["ours fp32"], ours_cmd(ckpt, model.task, work / "fp32", "--variants", "fp32", "--no-benchmark"),
                  work / "fp32", logs)  # fmt: skip
         shutil.rmtree(work / "fp32", ignore_errors=True)
@@ -282,9 +317,13 @@ def main() -> int:
               f"{'wall s':>7}{'cpu s':>8}{'GB':>8}  | {'wall':>6}{'mem':>7}   | {'wall':>6}")  # fmt: skip
         for name, sides in results.items():
             o, f, a = (sides[k].median for k in ("optimum O2", "ours fp32", "ours all"))
-            print(f"{name:14}{weights[name] / GB:>8.2f} | "
+            star = "*" if next(m for m in MODELS if m.name == name).timm else ""
+            print(f"{name + star:14}{weights[name] / GB:>8.2f} | "
                   + " | ".join(f"{m.wall_s:>7.1f}{m.cpu_s:>8.1f}{m.peak_bytes / GB:>8.2f} " for m in (o, f, a))
                   + f" | {f.wall_s / o.wall_s:>5.2f}x{f.peak_bytes / o.peak_bytes:>6.2f}x  | {a.wall_s / o.wall_s:>5.2f}x")  # fmt: skip
+        if any(next(m for m in MODELS if m.name == n).timm for n in results):
+            print("* timm: optimum's side is its plain export, read from a Hub id (offline cache) as optimum loads timm:"
+                  " its --optimize fails on every timm checkpoint (ORTOptimizer reads config.json with AutoConfig)")  # fmt: skip
         print("\nper stage, seconds (from result.json), and the stage where the job's own peak RSS was reached")
         for name, sides in results.items():
             for key in ("ours fp32", "ours all"):

@@ -27,6 +27,12 @@ REAL_PARAMETERS = {
     "vit-base": 86_567_656,  # google/vit-base-patch16-224, 1,000 classes
     "whisper-tiny": 37_760_640,  # openai/whisper-tiny
 }
+# timm's own configurations (``timm.create_model(arch).num_params``, as the Hub checkpoints hold them).
+TIMM_PARAMETERS = {
+    "resnet50": 25_557_032,
+    "vit_base_patch16_224": 86_567_656,
+    "convnext_tiny": 28_589_128,
+}
 
 
 @pytest.mark.parametrize("name", sorted(REAL_PARAMETERS))
@@ -49,7 +55,50 @@ def test_the_big_model_needs_external_data() -> None:
 
 def test_every_model_has_a_builder_or_ships_prebuilt() -> None:
     for model in _realsize.MODELS:
-        assert model.prebuilt or (model.name in _realsize.CONFIGS and model.name in _realsize.SIDE_FILES), model.name
+        built = model.timm is not None or (model.name in _realsize.CONFIGS and model.name in _realsize.SIDE_FILES)
+        assert model.prebuilt or built, model.name
+
+
+def test_the_timm_models_are_the_real_architectures() -> None:
+    import timm
+    import torch
+
+    assert {m.timm for m in _realsize.MODELS if m.timm} == set(TIMM_PARAMETERS)
+    for arch, count in TIMM_PARAMETERS.items():
+        with torch.device("meta"):
+            model = timm.create_model(arch, pretrained=False)
+        assert sum(p.numel() for p in model.parameters()) == count, arch
+
+
+def test_hub_cache_serves_a_timm_folder_to_timms_hub_loader_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What optimum-cli runs for a timm model, create_model("hf_hub:<id>", pretrained=True), with the
+    # network off: it must read the folder's own weights, not timm's init of the architecture.
+    import huggingface_hub.constants
+    import timm
+    import torch
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    saved = timm.create_model("test_resnet", pretrained=False, num_classes=7)
+    with torch.no_grad():
+        for p in saved.parameters():
+            p.add_(1.0)  # off timm's init: a fresh model would not match
+    save_for_hf(saved, str(tmp_path / "ckpt"), safe_serialization=True)
+    (tmp_path / "ckpt" / _realsize.STAMP).write_text("x\n")
+
+    env = _realsize.hub_cache(tmp_path / "ckpt", tmp_path / "home", "realsize/tiny")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == str(tmp_path / "home")
+    snapshot = next((tmp_path / "home" / "hub" / "models--realsize--tiny" / "snapshots").iterdir())
+    assert sorted(p.name for p in snapshot.iterdir()) == ["config.json", "model.safetensors"]  # not the stamp
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "home" / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    loaded = timm.create_model("hf_hub:realsize/tiny", pretrained=True)
+    assert loaded.num_classes == 7
+    own = saved.state_dict()
+    assert all(torch.equal(v, own[k]) for k, v in loaded.state_dict().items())
+    # Laid out again (a rebuilt checkpoint): the old snapshot is replaced, not added to.
+    _realsize.hub_cache(tmp_path / "ckpt", tmp_path / "home", "realsize/tiny")
+    assert len(list((tmp_path / "home" / "hub" / "models--realsize--tiny" / "snapshots").iterdir())) == 1
 
 
 @pytest.mark.slow
@@ -78,3 +127,23 @@ def test_measure_sums_a_process_tree_and_counts_forked_pages_once(tmp_path: Path
     assert m.maxrss_bytes >= 0.3e9  # the largest single process, as wait4 reports it
     assert m.cpu_s > 0 and m.wall_s >= 2
     assert max(n for _, _, n in m.timeline) == 3
+
+
+@pytest.mark.slow
+def test_optimum_cli_exports_a_timm_folder_by_hub_id_offline(tmp_path: Path) -> None:
+    # The bench's optimum side for timm, as it runs it: optimum-cli with a Hub id, HF_HUB_OFFLINE, the cache of hub_cache.
+    import subprocess
+
+    import onnx
+    import timm
+    from timm.models import save_for_hf
+
+    save_for_hf(timm.create_model("test_resnet", pretrained=False, num_classes=5), str(tmp_path / "ckpt"), safe_serialization=True)
+    env = _realsize.hub_cache(tmp_path / "ckpt", tmp_path / "home", "realsize/tiny")
+    cli = Path(sys.executable).parent / "optimum-cli"
+    out = tmp_path / "out"
+    done = subprocess.run([str(cli), "export", "onnx", "--model", "realsize/tiny", "--task", "image-classification", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert [d.dim_value for d in graph.graph.output[0].type.tensor_type.shape.dim][1:] == [5]  # the folder's head

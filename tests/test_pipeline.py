@@ -74,6 +74,27 @@ def test_every_zoo_model_and_variant_ends_as_expected(zoo_results: dict[str, Con
 
 
 @pytest.mark.slow
+def test_every_zoo_model_with_past_generates_and_verifies_both_branches(zoo_results: dict[str, ConversionResult]) -> None:
+    """fp32 of every model exported with past: 16 steps on ORT's cache, PyTorch's tokens; a merged decoder, both branches.
+
+    (tests/stages/test_generation.py and test_verify.py check one model of each cache layout in detail.)
+    """
+    from zoo_convert import zoo
+
+    with_past = [m.name for m in zoo.ZOO if m.task.endswith("-with-past") and "fp32" not in ZOO_FAILURES.get(m.name, {})]
+    assert len(with_past) > 20
+    for name in with_past:
+        fp32 = zoo_results[name].variant("fp32")
+        assert fp32 is not None and fp32.generation_note is None, (name, fp32.generation_note)
+        assert (fp32.generation_steps, fp32.generation_token_match) == (16, 1.0), name
+        merged = {o.shape for o in fp32.outputs if o.output.startswith("decoder_model_merged/") and "/step" not in o.shape}
+        if merged:  # an encoder-decoder: every length at both branches
+            lengths = {shape.split("/")[0] for shape in merged}
+            assert {"1x7", "3x19"} <= lengths, name
+            assert merged == {f"{n}/{b}" for n in lengths for b in ("no-cache", "cache")}, name
+
+
+@pytest.mark.slow
 def test_a_model_right_for_short_inputs_only_is_told_apart(
     zoo_results: dict[str, ConversionResult], tmp_path: Path
 ) -> None:

@@ -2,10 +2,8 @@
 
 It imports the toolchain (torch, transformers, optimum, onnxruntime, the
 pipeline), quiets the libraries' warnings and logs for every job it will fork,
-converts one tiny BERT and exports one tiny module with the torch (dynamo) exporter,
-so forked jobs start with every lazy import and first-call cache already paid
-(for the torch exporter, 3-5 s a job on an unloaded 2-core Xeon: onnxscript,
-torch.export, the decomposition and translation tables). Everything runs single-threaded:
+and converts one tiny BERT, so forked jobs start with every lazy import and
+first-call cache already paid. Everything runs single-threaded:
 forking a process whose OpenMP or intra-op pool is running deadlocks the child.
 Nothing here may raise: a failed warm-up only makes jobs slower, so it is
 reported on stderr and swallowed.
@@ -17,7 +15,6 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any
 
 
 def warm_up() -> float:
@@ -42,17 +39,7 @@ def warm_up() -> float:
         transformers.BertModel(config).save_pretrained(f"{tmp}/bert")
         entry = ManifestEntry(source=f"{tmp}/bert", task="feature-extraction", variants=("fp32",))
         convert_one(entry, Settings(out_dir=f"{tmp}/out", bench_warmup=0, bench_runs=1, threads=1))
-    _warm_dynamo(torch)
     return time.perf_counter() - t0
-
-
-def _warm_dynamo(torch: Any) -> None:
-    """One ``torch.onnx.export(dynamo=True)`` of a module with the ops every transformer has, dynamic batch."""
-    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.LayerNorm(8)).eval()
-    with torch.no_grad():
-        torch.onnx.export(
-            module, (torch.randn(2, 8),), dynamo=True, dynamic_shapes=({0: torch.export.Dim.AUTO},), verbose=False
-        )
 
 
 try:

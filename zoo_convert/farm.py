@@ -8,8 +8,9 @@ flight), consumes results as they finish (``ray.wait``) and records each in its
 own transaction: the driver is the database's only writer, and a driver killed
 mid-run loses nothing that was recorded, so rerunning the command finishes the rest.
 One run per database at a time: a run holds the database's run lock
-(:mod:`zoo_convert.store.lock`) throughout, and marks runs left ``running`` by a
-killed driver ``abandoned``.
+(:mod:`zoo_convert.store.lock`) from planning (the DB's answers) to its end, and
+marks runs left ``running`` by a killed driver ``abandoned``; reading and
+validating the manifest, which never touches the DB, comes before it.
 
 Ray never retries anything itself (``max_retries=0``, ``retry_exceptions=False``:
 it would retry an OOM-killed task forever). The driver resubmits jobs whose
@@ -67,7 +68,7 @@ from .errors import (
 )
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, run_isolated
-from .manifest import read_manifest
+from .manifest import Manifest, read_manifest
 from .pipeline import convert_one
 from .plan import InvalidRow, Job, keyed_jobs, make_plan
 from .records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
@@ -271,9 +272,14 @@ def run_farm(
     """
     run_id = _run_id()
     waiting = functools.partial(print, file=sys.stderr)
+    # Read and validated before the lock: that touches the manifest and its folders only, never the DB (seconds for
+    # 100,000 rows, during which another run may finish). Keying and the DB's answers come under the lock.
+    manifest = read_manifest(manifest_path)
+    if manifest.file_problems:
+        raise ManifestError("; ".join(str(p) for p in manifest.file_problems))
     with _terminated_as_interrupt(), run_lock(db_path, run_id, wait=options.wait, waiting=waiting):
         with hub_budget.governing(LocalGovernor(options.hub_limits)):
-            return _run_farm(manifest_path, run_id, db_path, settings, options, job_fn, progress, name)
+            return _run_farm(manifest, run_id, db_path, settings, options, job_fn, progress, name)
 
 
 class Terminated(KeyboardInterrupt):
@@ -310,7 +316,7 @@ def _check_out_dir(out: Path) -> None:
 
 
 def _run_farm(
-    manifest_path: str | Path,
+    manifest: Manifest,
     run_id: str,
     db_path: str | Path,
     settings: Settings,
@@ -320,9 +326,6 @@ def _run_farm(
     name: str | None,
 ) -> FarmReport:
     t0 = time.monotonic()
-    manifest = read_manifest(manifest_path)
-    if manifest.file_problems:
-        raise ManifestError("; ".join(str(p) for p in manifest.file_problems))
     store = ResultStore(db_path)
     if name is not None:
         store.check_run_name(name)  # before Ray starts: a taken name stops the run at once
@@ -352,7 +355,7 @@ def _run_farm(
     resources = ray.cluster_resources() if needs_ray else {}
     store.start_run(
         report.run_id,
-        manifest=str(Path(manifest_path).resolve()),
+        manifest=str(manifest.path.resolve()),
         manifest_hash=manifest.sha256,
         versions=toolchain_versions(),
         resources=resources,
@@ -361,7 +364,12 @@ def _run_farm(
     )
     status = "failed"
     try:
-        _record(store, report, progress, [(bad.key, _invalid_result(bad), 1) for bad in plan.invalid])
+        invalid = [(bad.key, _invalid_result(bad), 1) for bad in plan.invalid]
+        _record(store, report, progress, invalid[:MAX_LISTED])
+        if invalid[MAX_LISTED:]:  # each is recorded; a line each would bury the run's own lines
+            _record(store, report, progress, invalid[MAX_LISTED:], quiet=True)
+            progress.note(f"... and {len(invalid) - MAX_LISTED} more invalid rows recorded as manifest_error"
+                          " (`zoo-convert manifest validate` lists them all)")  # fmt: skip
         if needs_ray:
             budget = _cluster_budget(options.hub_limits, report.run_id)
             try:
@@ -415,6 +423,7 @@ class _Driver:
         self.fault_streak: tuple[FailureKind, set[str], int] | None = None
         self.last_fault: dict[str, ConversionResult] = {}
         self.stop_for: tuple[FailureKind, ConversionResult] | None = None
+        self.raylet_died: str | None = None  # why, once a task said the driver's own raylet died
 
     def run(self, jobs: tuple[Job, ...], unresolved: tuple[ManifestEntry, ...] = (), done: set[str] | None = None) -> None:
         """Run every job to one terminal result; resolve ``unresolved`` entries on the way and run them too."""
@@ -437,11 +446,18 @@ class _Driver:
             ready, rest = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
             if ready and rest:  # take everything else that is done too: one DB transaction for all of it
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            finished = []
+            finished, lost = [], []
             for ref in ready:
                 job, attempt = self.in_flight.pop(ref)
-                finished += self._done(job, attempt, self._collect(ref, job))
+                result = self._collect(ref, job)
+                if self.raylet_died is not None and result.failure_kind == FailureKind.WORKER_LOST.value:
+                    lost.append(job)  # not the model's answer, nor worth a retry here: left for the next run
+                    continue
+                finished += self._done(job, attempt, result)
             _record(self.store, self.report, self.progress, finished)
+            if self.raylet_died is not None:
+                self._abandon(len(queue) + len(lost), self.raylet_died)
+                break
             self.progress.tick(self.report, len(self.in_flight))
             if self.stop_for is not None and (queue or self.waiting or self.in_flight):
                 self._stop(queue, *self.stop_for)
@@ -469,6 +485,16 @@ class _Driver:
             f" ({first[0] if first else 'no message'}): the machine's fault, not the models'; {left} jobs left"
             " for the next run"
         )
+
+    def _abandon(self, unstarted: int, why: str) -> None:
+        """Stop at once, recording nothing more: the driver's raylet died, so no job can run or be retried from here.
+        Every job not answered yet (``unstarted`` of them out of flight) has no result, and the next run redoes it."""
+        left = unstarted + len(self.in_flight) + len(self.waiting) + (len(self.unresolved[0]) if self.unresolved else 0)
+        self.in_flight.clear()  # their tasks died with the raylet
+        self.waiting.clear()
+        self.unresolved = None
+        self.report.stopped = (f"stopped: this machine's Ray raylet died ({why}): the machine's fault, not the models';"
+                               f" {left} jobs left for the next run")  # fmt: skip
 
     def _streak(self, job: Job, kind: FailureKind | None, result: ConversionResult) -> bool:
         """Whether every job of late met the same fault of the machine: at least STOP_AFTER_JOBS of them in a row
@@ -539,6 +565,11 @@ class _Driver:
                 raise exc.cause from None  # the node is unsafe to run on, not the model: stop the run
             # our task wrapper raised: a bug of ours, not worth retrying
             return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")
+        except ray.exceptions.LocalRayletDiedError as exc:
+            # This machine's raylet is gone (its DashboardAgent killed takes it along): no task can run from here
+            # any more, so retrying only spends the backoff; the run stops (``raylet_died``) and records nothing.
+            self.raylet_died = first_line(exc)
+            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
         except ray.exceptions.RayError as exc:
             return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
 
@@ -556,14 +587,20 @@ class _Driver:
 
 
 def _record(
-    store: ResultStore, report: FarmReport, progress: Progress, finished: list[tuple[str, ConversionResult, int]]
+    store: ResultStore,
+    report: FarmReport,
+    progress: Progress,
+    finished: list[tuple[str, ConversionResult, int]],
+    *,
+    quiet: bool = False,
 ) -> None:
-    """Record finished jobs in one transaction, then count and show them."""
+    """Record finished jobs in one transaction, then count and show them (``quiet``: count only)."""
     batch = [(key, replace(result, attempts=attempts)) for key, result, attempts in finished]
     store.record_many(report.run_id, batch)
     for _, result in batch:
         report.count(result)
-        progress.result(report, result)
+        if not quiet:
+            progress.result(report, result)
 
 
 def _invalid_result(bad: InvalidRow) -> ConversionResult:

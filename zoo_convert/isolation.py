@@ -44,7 +44,9 @@ jobs write their output to ``<socket>.log``.
 Exit mapping: a hard timeout -> ``timeout``; RSS above the job's limit (killed
 by us) or SIGKILL from elsewhere (the kernel's OOM killer) -> ``oom``; any other
 signal or an exit without a result -> ``crash``; the fork server itself gone ->
-``worker_lost``.
+``worker_lost``. A job that ends in any of these wrote no result to point at the
+artifact folder it had claimed, half written: the child notes each folder it
+claims (:func:`note_claimed`) beside its result file, and the caller removes them.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import os
 import pickle
 import select
 import selectors
+import shutil
 import signal
 import socket
 import stat
@@ -97,6 +100,18 @@ LINGER_S = 10.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
                   signal.SIGILL: "illegal instruction", signal.SIGFPE: "floating point exception"}  # fmt: skip
+
+
+# In a fork-server child: the file the job notes the artifact folders it claims in (see note_claimed).
+_claims: Path | None = None
+
+
+def note_claimed(folder: Path) -> None:
+    """Say that the running job made ``folder`` for its artifacts: in a fork-server child, the caller removes it if the
+    child dies without a result (killed at its timeout or memory limit, crashed). Elsewhere a no-op."""
+    if _claims is not None:
+        with contextlib.suppress(OSError), open(_claims, "a") as f:  # unsaid, a kill leaves it; the job still runs
+            f.write(f"{folder}\n")
 
 
 class _ServerLost(Exception):
@@ -146,9 +161,11 @@ def _run_isolated(
         try:
             verdict, status = fork_server().run(job_fn, entry, settings, str(out), timeout, limit)
         except _ServerLost as exc:
+            _discard_claimed(out, Path(settings.out_dir))
             return failure_result(entry, FailureKind.WORKER_LOST, f"fork server lost: {exc}", started_at=started_at)
         if verdict is None and status == 0 and out.exists():
             return ConversionResult.from_json(out.read_text())
+        _discard_claimed(out, Path(settings.out_dir))  # no result: nothing points at what the child half wrote
         where = _read_breadcrumb(out)
     stage = where.split("[")[0] if where else None
     kind: FailureKind
@@ -618,6 +635,8 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     os.environ.update(env)
     os.chdir(cwd)
     job_fn, entry, settings, out = pickle.loads(payload)
+    global _claims
+    _claims = Path(out + ".claims")
     breadcrumb = Path(out + ".stage")
     try:
         result = job_fn(entry, settings, on_stage=breadcrumb.write_text)
@@ -630,6 +649,24 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     sys.stdout.flush()
     sys.stderr.flush()
     os.write(done_fd, b"!")
+
+
+def _discard_claimed(out: Path, out_root: Path) -> None:
+    """Remove the artifact folders a child that left no result had claimed (each made by it alone, with mkdir, so no
+    other job's and no recorded result's), and a model's folder left empty; only ever under ``out_root``."""
+    try:
+        claimed = Path(f"{out}.claims").read_text().splitlines()
+    except OSError:
+        return
+    root = out_root.resolve()
+    for line in claimed:
+        folder = Path(line)
+        if not folder.resolve().is_relative_to(root) or folder.resolve() == root:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # not empty: another job's artifacts are in it
+            if folder.parent.resolve() != root:
+                folder.parent.rmdir()
 
 
 def _read_breadcrumb(out: Path) -> str | None:

@@ -148,7 +148,10 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     # a '..' component could walk out of the manifest's folder or the hub cache
     flag(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)"), "source must not contain a '..' path component")
     base = str(base_dir)
-    sources = [_resolve_source(s, base) for s in source.to_pylist()]
+    # once per distinct source: a folder named on 50,000 rows is looked up once, not 50,000 times
+    given = source.to_pylist()
+    resolved = {s: _resolve_source(s, base) for s in dict.fromkeys(given)}
+    sources = [resolved[s] for s in given]
     local = pa.array([s is not None and _looks_local(s) for s in sources])
     hub_ok = pc.match_substring_regex(source, HUB_ID_PATTERN)  # sources.is_hub_id, a column at a time
     for part in HUB_ID_FORBIDDEN:
@@ -157,7 +160,8 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     bad_hub = pc.and_kleene(pc.invert(local), pc.invert(hub_ok))
     bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)")))
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
-    missing_dir = [s is not None and _looks_local(s) and not os.path.isdir(s) for s in sources]
+    folders = {s: os.path.isdir(s) for s in resolved.values() if s is not None and _looks_local(s)}
+    missing_dir = [s in folders and not folders[s] for s in sources]
     flag(pa.array(missing_dir), lambda i: f"local checkpoint folder not found: {sources[i]}")
     # A folder is converted as it is on disk (its content hash is its revision): a revision would be ignored,
     # and two rows of one folder with two revisions would be one job twice.

@@ -36,6 +36,7 @@ from .errors import (
     first_line,
     storage_fault,
 )
+from .isolation import note_claimed
 from .records import (
     FAILED,
     INCONCLUSIVE,
@@ -336,6 +337,7 @@ def claim_artifacts_dir(path: Path) -> Path:
             candidate = path if n == 1 else path.with_name(f"{path.name}.{n}")
             try:
                 candidate.mkdir()
+                note_claimed(candidate)  # a child killed from here on leaves no folder (isolation)
                 return candidate
             except FileExistsError:
                 continue

@@ -48,6 +48,21 @@ SIDE_FILES = (
     "feature_extractor_config.json",
     "image_processor_config.json",
     "chat_template.jinja",
+    # The vocabularies other tokenizer classes name (their vocab_files_names), for a checkpoint without
+    # tokenizer.json: DeBERTa-v2/v3's spm.model, RemBERT's sentencepiece.model, PhoBERT's bpe.codes, LUKE's
+    # entity_vocab.json, Whisper's normalizer.json, FSMT's two vocabularies... (never TransfoXL's pickled vocab.pkl).
+    "spm.model",
+    "sentencepiece.model",
+    "bpe.codes",
+    "entity_vocab.json",
+    "normalizer.json",
+    "emoji.json",
+    "vocab-src.json",
+    "vocab-tgt.json",
+    "prophetnet.tokenizer",
+    "word_pronunciation.json",
+    "word_shape.json",
+    "byte_maps.json",
 )
 # sentence-transformers' own files beside a Transformer module saved at the root.
 _ST_ROOT_FILES = ("modules.json", "config_sentence_transformers.json")

@@ -239,14 +239,23 @@ def test_torch_exporter_takes_a_detr_style_model_as_one_graph(zoo_dir: Path, tmp
     assert {c.output for c in checks} == {"logits", "pred_boxes"} and all(c.passed for c in checks)
 
 
-def test_torch_exporter_refuses_what_optimum_splits_into_several_graphs(
+@pytest.mark.slow
+def test_torch_exporter_splits_an_encoder_decoder_without_past_as_optimum_does(
     zoo_dir: Path, tmp_path: Path, checkpoint
 ) -> None:
+    """Without past key values: optimum's two graphs, the decoder taking no cache, and nothing to merge."""
     ckpt = checkpoint(zoo_dir / "t5", "text2text-generation")
-    with pytest.raises(ExportError) as err:
-        export(ckpt, ManifestEntry(source=str(ckpt.path), task="text2text-generation", exporter="torch"), Settings(), tmp_path)
-    assert err.value.kind is FailureKind.EXPORT_UNSUPPORTED
-    assert "'t5' for task 'text2text-generation' is 2 (encoder_model, decoder_model)" in err.value.message
+    ex = export(ckpt, ManifestEntry(source=str(ckpt.path), task="text2text-generation", exporter="torch"), Settings(), tmp_path)
+    assert ex.details["exporter"] == "torch"
+    assert [c.name for c in ex.components] == ["encoder_model", "decoder_model"]
+    assert sorted(f for f in ex.files if f.endswith(".onnx")) == ["onnx/decoder_model.onnx", "onnx/encoder_model.onnx"]
+    decoder = ex.components[1].graph.graph
+    assert [i.name for i in decoder.input] == ["encoder_attention_mask", "input_ids", "encoder_hidden_states"]
+    assert [o.name for o in decoder.output] == ["logits"]
+    check(ex)
+    checks = verify(ex, Artifact("fp32", {c.name: c.path for c in ex.components}), Settings())
+    assert {c.output for c in checks} == {"encoder_model/last_hidden_state", "decoder_model/logits"}
+    assert all(c.passed for c in checks)
 
 
 def test_side_files_are_copied_only_from_inside_the_checkpoint(zoo_dir: Path, tmp_path: Path, checkpoint) -> None:

@@ -6,8 +6,10 @@ Two exporters share one shape of result:
   decoder merging), so the layout is exactly what transformers.js and
   ``ORTModel`` load: ``onnx/model.onnx``, or ``onnx/encoder_model.onnx`` +
   ``onnx/decoder_model_merged.onnx`` for encoder-decoders.
-* ``torch``: ``torch.onnx.export(dynamo=True)`` of the whole model as one
-  ``onnx/model.onnx``, for single-graph (encoder-style) models; a model type
+* ``torch``: ``torch.onnx.export(dynamo=True)`` in optimum's layout: the whole
+  model as one ``onnx/model.onnx`` for single-graph models and for decoders with
+  past (:mod:`zoo_convert.torch_decoder`), each graph of optimum's split for
+  encoder-decoders (:mod:`zoo_convert.torch_seq2seq`); a model type
   optimum has no config for takes the generic path (:mod:`zoo_convert.generic`:
   the OnnxConfig is built from the model itself), recorded in the details as
   ``generic`` with the reason.
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import diffusion, generic, onnx_graph
+from .. import diffusion, generic, loadable, onnx_graph, torch_seq2seq
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, processor_shapes, shape_kwargs
@@ -87,6 +89,9 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     task, no_config = _resolve_task(ckpt, entry)
     if no_config is not None and entry.exporter == "optimum":
         raise ExportError(no_config, kind=FailureKind.EXPORT_UNSUPPORTED)
+    # The side files first, loaded back as users load them: a file that does not load fails the job before the export.
+    _copy_side_files(ckpt.path, sides, Path(out_dir))
+    loaded = loadable.load(ckpt, Path(out_dir), entry.source)
     try:
         with processor_fallback():
             if no_config is not None:  # torch or auto: the generic path, built from the model itself
@@ -107,11 +112,14 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     # (check, census, input names, the fusers' and quantizers' walks) skips them.
     for comp in components:
         onnx_graph.externalize(comp.path)
-    _copy_side_files(ckpt.path, sides, Path(out_dir))
     modules, left_out = sentence_transformers_files(ckpt.path)
     if modules:
         details["sentence_transformers"] = {"files": modules, "not_copied": left_out}
-    return _describe(ckpt, Path(out_dir), components, {**details, "task": task, "weights_bytes": weights})
+    details.update(task=task, weights_bytes=weights, loaded=loaded.details)
+    exported = _describe(ckpt, Path(out_dir), components, details)
+    if loaded.tokenizer is not None:  # verify tokenizes with the artifacts' tokenizer: loaded once per job
+        exported.cache.tokenizer, exported.cache.tokenizer_loaded = loaded.tokenizer, True
+    return exported
 
 
 def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> ExportedModel:
@@ -568,22 +576,21 @@ def _submodels(ckpt: Checkpoint, model: Any, task: str) -> tuple[Any, dict[str, 
 
 
 def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path) -> tuple[list[Component], dict[str, Any]]:
-    """``torch.onnx.export(dynamo=True)`` of single-graph models, with optimum's inputs and axes.
+    """``torch.onnx.export(dynamo=True)`` of single-graph models and encoder-decoders, with optimum's inputs and axes.
 
     Whether a model is one graph is optimum's split that decides, not ``config.is_encoder_decoder``:
     DETR-style detectors have an encoder and a decoder inside and export as one graph.
     """
     model, report = _load_model(ckpt, task)
-    _, parts = _submodels(ckpt, model, task)
+    main_config, parts = _submodels(ckpt, model, task)
     if task.endswith("-with-past") and not ckpt.config.get("is_encoder_decoder"):
         return _export_torch_decoder(ckpt, task, model, report, parts, opset, onnx_dir)
-    if task.endswith("-with-past"):
-        raise ExportError(
-            f"the torch exporter handles single-graph models and decoders with past; {ckpt.model_type} for task "
-            f"{task!r} is an encoder-decoder with past key values (use exporter optimum)",
-            kind=FailureKind.EXPORT_UNSUPPORTED,
-        )
-    weights = check_weights(ckpt, task, model, report, parts.values(), {})
+    seq2seq = "encoder_model" in parts  # an encoder-decoder: optimum's split, each graph through dynamo
+    shapes = _dummy_shapes(ckpt, main_config) if seq2seq else {}
+    weights = check_weights(ckpt, task, model, report, parts.values(), shapes)
+    if seq2seq:
+        components = torch_seq2seq.export(model, main_config, parts, opset, onnx_dir, shapes)
+        return components, {"exporter": "torch", **({"weights": weights} if weights else {})}
     if len(parts) != 1:
         raise ExportError(
             f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "

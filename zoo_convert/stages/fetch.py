@@ -44,7 +44,8 @@ T = TypeVar("T")
 SAFE_WEIGHTS = ("*.safetensors", "*.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 # Everything an export or a published model needs besides the weights.
-SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md")
+SIDE_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*", "*.py", "1_Pooling/*", "README.md",
+              "bpe.codes", "prophetnet.tokenizer")
 
 # Side files that loaders parse as a JSON object (config.json is checked on its own, tokenizer.json by tokenizers).
 _JSON_SIDE_FILES = (

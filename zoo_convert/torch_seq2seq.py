@@ -1,0 +1,234 @@
+"""Encoder-decoders through ``torch.onnx.export(dynamo=True)``, in the layout optimum writes.
+
+optimum splits an encoder-decoder into ``encoder_model``, ``decoder_model`` (no past: it
+makes the first cache) and ``decoder_with_past_model`` (one step on a cache), each with its
+OnnxConfig. Here each of those graphs is exported by the dynamo exporter instead of
+TorchScript, from a wrapper module (:func:`_wrapper`) whose flat tensor arguments and
+outputs are the graph's, named as optimum names them (``input_ids``,
+``encoder_hidden_states``, ``past_key_values.0.decoder.key`` ... ``present.0.encoder.value``).
+The wrapper regroups the flat past into transformers' ``EncoderDecoderCache`` (self-attention
+and cross-attention ``DynamicCache``) and flattens the cache the model returns; then
+optimum's own post-processing merges the two decoders into ``decoder_model_merged.onnx``
+(an If on ``use_cache_branch``), so ORTModelForSeq2SeqLM, ORTModelForSpeechSeq2Seq and
+transformers.js load the folder as they load optimum's.
+
+Each component keeps the loaded module and its (post-processed) OnnxConfig, exactly as
+the optimum exporter's components do: verify and the generation check run unchanged, and
+the PyTorch reference is the model as loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ExportError
+from .job import Component, ModuleState
+
+if TYPE_CHECKING:
+    import torch
+
+# Graphs optimum writes before merging them into decoder_model_merged.onnx (deleted after the merge).
+UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+# Dummy lengths of the export, distinct so that no two axes are traced as one: a decoder step
+# of more than one token (assisted decoding feeds several) and a past unlike the encoder's length.
+_DECODER_TOKENS = 3
+_PAST_TOKENS = 5
+
+
+def export(
+    model: Any,
+    main_config: Any,
+    parts: dict[str, tuple[Any, Any]],
+    opset: int | None,
+    onnx_dir: Path,
+    shapes: dict[str, int],
+) -> list[Component]:
+    """Export every part of optimum's split (encoder, decoders) with the dynamo exporter, then merge the decoders.
+
+    ``parts``: optimum's {graph name: (module, OnnxConfig)}; ``main_config`` the model's OnnxConfig
+    (its ``post_process_exported_models`` merges the decoders and marks their configs merged).
+    """
+    from . import onnx_graph
+
+    as_loaded = ModuleState(model)
+    subpaths = []
+    for name, (module, config) in parts.items():
+        _export_graph(module, config, opset, onnx_dir / f"{name}.onnx", shapes)
+        subpaths.append(f"{name}.onnx")
+    as_loaded.restore()
+    try:
+        parts, subpaths = main_config.post_process_exported_models(onnx_dir, parts, subpaths)
+    except RuntimeError as exc:  # "Unable to merge decoders": the cause is what the record needs
+        cause = exc.__cause__ or exc
+        raise ExportError(f"merging the torch exporter's decoders failed: {type(cause).__name__}: {cause}") from exc
+    # The last (module, config) per file wins: for the merged decoder that is the with-past
+    # branch's, and verify derives the no-past branch from it (as for optimum's export).
+    by_file: dict[str, tuple[Any, Any]] = {}
+    for (module, config), sub in zip(parts.values(), subpaths):
+        by_file[str(sub)] = (module, config)
+    if "decoder_model_merged.onnx" in by_file:
+        for name in UNMERGED:
+            onnx_graph.delete(onnx_dir / name)
+    return [
+        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
+        for sub, (module, config) in by_file.items()
+    ]
+
+
+def _wrapper(module: Any, config: Any, names: list[str], model_kwargs: dict[str, Any]) -> torch.nn.Module:
+    """An nn.Module whose positional tensors are the graph's inputs ``names`` and whose outputs are ``config.outputs``.
+
+    optimum's patched forward does the rest of what its TorchScript export does: the flat past
+    becomes an ``EncoderDecoderCache`` (``DynamicCache`` for a past without cross-attention
+    keys), ``encoder_hidden_states`` a ``BaseModelOutput``, and the returned cache a tuple again.
+    """
+    import torch
+
+    inverse = {onnx: torch_name for torch_name, onnx in config.torch_to_onnx_input_map.items()}
+    patcher = config.patch_model_for_export(module, model_kwargs=model_kwargs)
+    outputs = list(config.outputs)
+
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            kwargs: dict[str, Any] = {}
+            layers: dict[int, list[torch.Tensor]] = {}
+            for name, tensor in zip(names, tensors):
+                if name.startswith("past_key_values."):
+                    layers.setdefault(int(name.split(".")[1]), []).append(tensor)
+                elif inverse.get(name, name) == "encoder_outputs":
+                    kwargs["encoder_outputs"] = (tensor,)
+                else:
+                    kwargs[inverse.get(name, name)] = tensor
+            if layers:
+                # past_key_values.{i}.decoder.key/value, then .encoder.key/value: the legacy
+                # (self k, self v, cross k, cross v) tuple optimum turns into EncoderDecoderCache
+                kwargs["past_key_values"] = tuple(tuple(layers[i]) for i in sorted(layers))
+            result = patcher.patched_forward(**kwargs)
+            flat: dict[str, torch.Tensor] = {}
+            for key, value in result.items():
+                if key == "past_key_values":
+                    flat.update(config.flatten_output_collection_property("present", value))
+                else:
+                    flat[config.torch_to_onnx_output_map.get(key, key)] = value
+            missing = [n for n in outputs if n not in flat]
+            if missing:
+                raise ExportError(f"{type(module).__name__} returned no {', '.join(missing)} (it gave {', '.join(flat)})")
+            return tuple(flat[n] for n in outputs)
+
+    return Graph().eval()  # the module as loaded is in eval mode: its wrapper too
+
+
+def _export_graph(module: Any, config: Any, opset: int | None, path: Path, shapes: dict[str, int]) -> None:
+    """One graph of the split: its dummy inputs flattened in the graph's order, every named axis dynamic."""
+    import inspect
+
+    import torch
+
+    module.config.return_dict = True
+    for key, value in (config.values_override or {}).items():
+        setattr(module.config, key, value)
+    model_kwargs: dict[str, Any] = {}
+    if "logits_to_keep" in inspect.signature(module.forward).parameters:
+        model_kwargs["logits_to_keep"] = 0  # every position's logits, as optimum exports them
+    axes: dict[str, dict[int, str]] = dict(config.ordered_inputs(module))
+    dummy = config.rename_ambiguous_inputs(config.generate_dummy_inputs(framework="pt", **shapes))
+    flat = _flat_inputs(config, dummy)
+    names = [n for n in axes if n in flat]
+    unfed = [n for n in axes if n not in flat]
+    if unfed:
+        raise ExportError(f"{path.name}: optimum's dummy inputs have no {', '.join(unfed)}")
+    tensors = tuple(_resized(flat[n], axes[n]) for n in names)
+    dynamic = tuple({axis: torch.export.Dim.AUTO for axis in axes[n]} for n in names)
+    wrapper = _wrapper(module, config, names, model_kwargs)
+    export_args: dict[str, Any] = dict(
+        dynamo=True,
+        input_names=names,
+        output_names=list(config.outputs),
+        dynamic_shapes=(dynamic,),
+        opset_version=opset,
+        external_data=False,
+    )
+    try:
+        with torch.no_grad(), config.patch_model_for_export(module, model_kwargs=model_kwargs):
+            program = torch.onnx.export(wrapper, tensors, **export_args)
+    except Exception as exc:  # noqa: BLE001 - torch.onnx's own error type; anything else propagates
+        if type(exc).__name__ != "TorchExportError":
+            raise
+        # Its first line is boilerplate ("Failed to export the model with torch.export"); the cause is the summary.
+        # (Exporting without optimum's patcher, which is made for TorchScript, gets moonshine's encoder past
+        # torch.export, but into a graph ONNX Runtime cannot run at another length: not worth a second export.)
+        raise ExportError(f"{path.name}: torch.export failed: {_summary(exc)}") from exc
+    if program is None:  # only with dynamo=False, which is not asked for
+        raise ExportError("torch.onnx.export returned no ONNX program")
+    program.save(str(path), external_data=False)
+    _name_axes(path, {n: axes[n] for n in names}, config.outputs)
+
+
+def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str, dict[int, str]]) -> None:
+    """optimum's axis names on the graph: inputs' symbols renamed everywhere, outputs declared afresh.
+
+    The exporter names an output's axes by the expressions it traced (``s44 + s89``,
+    ``((s0*s26)//s87)``) and annotates its value infos; the decoders' merge needs the two
+    graphs' common outputs to be the same declaration, as TorchScript's export writes them.
+    """
+    import onnx
+
+    from . import onnx_graph
+    from .stages.export import _name_dynamic_axes
+
+    _name_dynamic_axes(path, inputs)
+    model = onnx_graph.load(path)
+    declared = []
+    for out in model.graph.output:
+        labels = outputs.get(out.name, {})
+        dims: list[str | int | None] = []
+        for axis, dim in enumerate(out.type.tensor_type.shape.dim):
+            dims.append(labels.get(axis, dim.dim_param) if not dim.HasField("dim_value") else dim.dim_value)
+        declared.append(onnx.helper.make_tensor_value_info(out.name, out.type.tensor_type.elem_type, dims))
+    del model.graph.output[:]
+    model.graph.output.extend(declared)
+    onnx_graph.save(model, path, external=False)
+
+
+def _summary(exc: BaseException) -> str:
+    """The cause torch.onnx's TorchExportError names under "Exception summary" (its first line is boilerplate)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"## Exception summary\s+(.+)", text)
+    return (found.group(1) if found else text.splitlines()[0] if text else type(exc).__name__).strip()
+
+
+def _flat_inputs(config: Any, dummy: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """optimum's dummy inputs under the graph's names (past flattened, encoder outputs unwrapped)."""
+    flat: dict[str, torch.Tensor] = {}
+    for name, value in dummy.items():
+        onnx_name = config.torch_to_onnx_input_map.get(name, name)
+        if name == "past_key_values":
+            flat.update(config.flatten_output_collection_property("past_key_values", value))
+        elif isinstance(value, (list, tuple)):  # encoder_outputs: (last_hidden_state, None, ...)
+            flat[onnx_name] = value[0]
+        else:
+            flat[onnx_name] = value
+    return flat
+
+
+def _resized(tensor: torch.Tensor, axes: dict[int, str]) -> torch.Tensor:
+    """A dummy input with its decoder and past lengths set to :data:`_DECODER_TOKENS` and :data:`_PAST_TOKENS`.
+
+    optimum's generator gives a one-token decoder step (which the exporter would fix at 1)
+    and the same length to every sequence (which it could trace as one axis).
+    """
+    import torch
+
+    for axis, label in axes.items():
+        target = _PAST_TOKENS if label.startswith("past_") else _DECODER_TOKENS if label.startswith("decoder_") else None
+        if target is None or tensor.shape[axis] == target:
+            continue
+        reps = -(-target // tensor.shape[axis])
+        tensor = torch.cat([tensor] * reps, dim=axis).narrow(axis, 0, target)
+    return tensor
