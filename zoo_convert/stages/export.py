@@ -583,42 +583,24 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     """
     model, report = _load_model(ckpt, task)
     main_config, parts = _submodels(ckpt, model, task)
-    if task.endswith("-with-past") and not ckpt.config.get("is_encoder_decoder"):
-        return _export_torch_decoder(ckpt, task, model, report, parts, opset, onnx_dir)
     seq2seq = "encoder_model" in parts  # an encoder-decoder: optimum's split, each graph through dynamo
     shapes = _dummy_shapes(ckpt, main_config) if seq2seq else {}
     weights = check_weights(ckpt, task, model, report, parts.values(), shapes)
+    details = {"exporter": "torch", **({"weights": weights} if weights else {})}
     if seq2seq:
-        components = torch_seq2seq.export(model, main_config, parts, opset, onnx_dir, shapes)
-        return components, {"exporter": "torch", **({"weights": weights} if weights else {})}
+        return torch_seq2seq.export(model, main_config, parts, opset, onnx_dir, shapes), details
     if len(parts) != 1:
         raise ExportError(
-            f"the torch exporter exports one graph; {ckpt.model_type!r} for task {task!r} is {len(parts)} "
-            f"({', '.join(parts)}): use exporter optimum",
-            kind=FailureKind.EXPORT_UNSUPPORTED,
-        )
-    ((model, config),) = parts.values()
-    component = _torch_onnx(model, config, opset, onnx_dir, {})
-    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
-
-
-def _export_torch_decoder(
-    ckpt: Checkpoint, task: str, model: Any, report: LoadingReport | None, parts: dict[str, tuple[Any, Any]],
-    opset: int | None, onnx_dir: Path,
-) -> tuple[list[Component], dict[str, Any]]:
-    """A decoder with past through the torch exporter (:mod:`zoo_convert.torch_decoder`), in optimum's layout."""
-    from .. import torch_decoder
-
-    weights = check_weights(ckpt, task, model, report, parts.values(), {})
-    if len(parts) != 1:
-        raise ExportError(
-            f"the torch exporter exports a decoder with past as one graph; optimum splits {ckpt.model_type!r} "
+            f"the torch exporter exports one graph or an encoder-decoder; optimum splits {ckpt.model_type!r} "
             f"for task {task!r} into {len(parts)} ({', '.join(parts)}): use exporter optimum",
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     ((module, config),) = parts.values()
-    component = torch_decoder.export(module, config, opset, onnx_dir)
-    return [component], {"exporter": "torch", **({"weights": weights} if weights else {})}
+    if task.endswith("-with-past"):  # a decoder: its cache as flat inputs and outputs
+        from .. import torch_decoder  # imports torch and this package's Component: not at module level
+
+        return [torch_decoder.export(module, config, opset, onnx_dir)], details
+    return [_torch_onnx(module, config, opset, onnx_dir, {})], details
 
 
 def _export_generic(
