@@ -44,15 +44,20 @@ def _image_batch(folder: Path) -> np.ndarray:
     return torch.stack([transform(im) for im in sample_images(2, side + 9, side + 2)]).numpy()
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_a_timm_folder_converts_and_matches_the_model_timm_loads(name: str, timm_zoo: Path, tmp_path: Path) -> None:
+# and once through the torch exporter, whose graph takes optimum's names while timm's forward takes ``x``
+@pytest.mark.parametrize(("name", "exporter"), [(n, "optimum") for n in NAMES] + [("timm-resnet18", "torch")])
+def test_a_timm_folder_converts_and_matches_the_model_timm_loads(
+    name: str, exporter: str, timm_zoo: Path, tmp_path: Path
+) -> None:
     import timm
     import torch
     from optimum.onnxruntime import ORTModelForImageClassification
 
     folder = timm_zoo / name
-    result = convert_one(ManifestEntry(source=str(folder), variants=("fp32", "int8")), _settings(tmp_path))
+    entry = ManifestEntry(source=str(folder), variants=("fp32", "int8"), exporter=exporter)
+    result = convert_one(entry, _settings(tmp_path))
     assert result.status == "passed", result.message
+    assert result.exporter_used == exporter
     assert (result.library, result.task) == ("timm", "image-classification")
     assert result.model_type == json.loads((folder / "config.json").read_text())["architecture"]
     assert [v.status for v in result.variants] == ["passed", "passed"]

@@ -163,7 +163,7 @@ def _export_graph(module: Any, config: Any, opset: int | None, path: Path, shape
         # Its first line is boilerplate ("Failed to export the model with torch.export"); the cause is the summary.
         # (Exporting without optimum's patcher, which is made for TorchScript, gets moonshine's encoder past
         # torch.export, but into a graph ONNX Runtime cannot run at another length: not worth a second export.)
-        raise ExportError(f"{path.name}: torch.export failed: {_summary(exc)}") from exc
+        raise ExportError(f"{path.name}: torch.export failed: {export_cause(exc)}") from exc
     if program is None:  # only with dynamo=False, which is not asked for
         raise ExportError("torch.onnx.export returned no ONNX program")
     program.save(str(path), external_data=False)
@@ -196,7 +196,7 @@ def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str,
     onnx_graph.save(model, path, external=False)
 
 
-def _summary(exc: BaseException) -> str:
+def export_cause(exc: BaseException) -> str:
     """The cause torch.onnx's TorchExportError names under "Exception summary" (its first line is boilerplate)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     found = re.search(r"## Exception summary\s+(.+)", text)

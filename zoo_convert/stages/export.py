@@ -27,6 +27,7 @@ initialised at random would agree with itself and pass.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import stat
@@ -627,20 +628,26 @@ def _torch_onnx(model: Any, config: Any, opset: int | None, onnx_dir: Path, shap
     # AUTO: an axis the model fixes (DETR's channels) becomes static instead of failing the export
     # and sending torch.onnx through its slower fallback strategies; the axes get optimum's names after.
     dynamic_shapes = {n: {axis: torch.export.Dim.AUTO for axis in config.inputs[n]} for n in names}
+    # optimum's names are the graph's; a timm model's forward takes them in order (``forward(x)``)
+    by_name = set(names) <= set(inspect.signature(model.forward).parameters)
+    args = () if by_name else tuple(inputs[n] for n in names)
     path = onnx_dir / "model.onnx"
     as_loaded = ModuleState(model)
-    with torch.no_grad(), config.patch_model_for_export(model):
-        program = torch.onnx.export(
-            model,
-            (),
-            kwargs={n: inputs[n] for n in names},
-            dynamo=True,
-            input_names=names,
-            output_names=list(config.outputs),
-            dynamic_shapes=dynamic_shapes,
-            opset_version=opset,
-            external_data=False,
-        )
+    try:
+        with torch.no_grad(), config.patch_model_for_export(model):
+            program = torch.onnx.export(
+                model,
+                args,
+                kwargs={n: inputs[n] for n in names} if by_name else None,
+                dynamo=True,
+                input_names=names,
+                output_names=list(config.outputs),
+                dynamic_shapes=dynamic_shapes if by_name else tuple(dynamic_shapes.values()),
+                opset_version=opset,
+                external_data=False,
+            )
+    except torch.onnx.errors.OnnxExporterError as exc:  # its first line is boilerplate, the summary the cause
+        raise ExportError(f"torch.export failed: {torch_seq2seq.export_cause(exc)}") from exc
     if program is None:  # only with dynamo=False, which is not asked for
         raise ExportError("torch.onnx.export returned no ONNX program")
     program.save(str(path), external_data=False)
