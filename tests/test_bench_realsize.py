@@ -70,10 +70,13 @@ def test_the_timm_models_are_the_real_architectures() -> None:
         assert sum(p.numel() for p in model.parameters()) == count, arch
 
 
-def test_hub_cache_serves_a_timm_folder_to_timms_hub_loader_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_cache_serves_a_timm_folder_to_timms_hub_loader_offline(tmp_path: Path) -> None:
     # What optimum-cli runs for a timm model, create_model("hf_hub:<id>", pretrained=True), with the
-    # network off: it must read the folder's own weights, not timm's init of the architecture.
-    import huggingface_hub.constants
+    # network off: it must read the folder's own weights, not timm's init of the architecture. In a child
+    # with the bench's environment, as optimum-cli gets it: switching this process's huggingface_hub
+    # offline would stay switched in every module that imports the flag while it is on (diffusers).
+    import subprocess
+
     import timm
     import torch
     from timm.models import save_for_hf
@@ -90,12 +93,17 @@ def test_hub_cache_serves_a_timm_folder_to_timms_hub_loader_offline(tmp_path: Pa
     assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == str(tmp_path / "home")
     snapshot = next((tmp_path / "home" / "hub" / "models--realsize--tiny" / "snapshots").iterdir())
     assert sorted(p.name for p in snapshot.iterdir()) == ["config.json", "model.safetensors"]  # not the stamp
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "home" / "hub"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    loaded = timm.create_model("hf_hub:realsize/tiny", pretrained=True)
-    assert loaded.num_classes == 7
+    load = (
+        "import sys, timm, torch; m = timm.create_model('hf_hub:realsize/tiny', pretrained=True);"
+        "torch.save(m.state_dict(), sys.argv[1]); print(m.num_classes)"
+    )
+    child = subprocess.run([sys.executable, "-c", load, str(tmp_path / "loaded.pt")], env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split()[-1] == "7"
+    loaded = torch.load(tmp_path / "loaded.pt", weights_only=True)
     own = saved.state_dict()
-    assert all(torch.equal(v, own[k]) for k, v in loaded.state_dict().items())
+    assert loaded.keys() == own.keys() and all(torch.equal(v, own[k]) for k, v in loaded.items())
     # Laid out again (a rebuilt checkpoint): the old snapshot is replaced, not added to.
     _realsize.hub_cache(tmp_path / "ckpt", tmp_path / "home", "realsize/tiny")
     assert len(list((tmp_path / "home" / "hub" / "models--realsize--tiny" / "snapshots").iterdir())) == 1
