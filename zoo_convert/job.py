@@ -120,13 +120,24 @@ class ModuleState:
     """A torch module tree's Python-level state (attributes, child modules, parameter and buffer slots).
 
     :meth:`restore` puts back what a forward pass replaced: swapped submodules,
-    re-registered buffers, switched flags. Tensors are shared, not copied, so it
-    costs a few dicts per module; a tensor changed in place stays changed.
+    re-registered buffers, switched flags, and the contents of plain dicts a forward
+    fills in place. Tensors are shared, not copied, so it costs a few dicts per
+    module; a tensor changed in place stays changed.
     """
 
     def __init__(self, module: torch.nn.Module) -> None:
         self._saved = [
             (m, dict(vars(m)), dict(m._modules), dict(m._parameters), dict(m._buffers)) for m in module.modules()
+        ]
+        # Caches kept in a plain dict attribute (timm LeViT's ``attention_bias_cache``) are filled
+        # in place by a forward: torch.export leaves fake tensors there, and the reference forward
+        # then reads them ("Cannot access data pointer of Tensor"). Putting the attribute back is not
+        # enough, it is the same dict; its contents are put back.
+        self._dicts = [
+            (d, dict(d))
+            for _, attrs, *_ in self._saved
+            for name, d in attrs.items()
+            if type(d) is dict and name not in ("_modules", "_parameters", "_buffers")
         ]
         # optimum's patcher sets ``use_cache`` on every submodule's config in place (a T5 encoder's
         # too, which then refuses to run in generate()): the configs are part of the model as loaded.
@@ -141,6 +152,9 @@ class ModuleState:
         for config, saved in self._configs:
             vars(config).clear()
             vars(config).update(saved)
+        for d, contents in self._dicts:
+            d.clear()
+            d.update(contents)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import onnx
 import pytest
+import torch
 
+from zoo_convert.job import ModuleState
 from zoo_convert.errors import CheckError, ExportError, FailureKind, UnsafeCheckpointError
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.stages import Artifact, ExportedModel
@@ -362,3 +364,31 @@ def test_a_missing_tensor_an_output_depends_on_is_not_excused(zoo_dir: Path, tmp
     message = _refused(src, "feature-extraction", tmp_path, checkpoint)
     assert "1 tensor missing from the checkpoint, left as initialised at random (encoder.layer.1.output.dense.bias)" in message
     assert "unused" not in message  # the masked-LM head left out of a base model is no fault
+
+
+class _CachesInADict(torch.nn.Module):
+    """timm LeViT's pattern: a plain dict attribute a forward in eval mode fills in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.arange(4.0))
+        self.bias_cache: dict[str, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = str(x.device)
+        if key not in self.bias_cache:
+            self.bias_cache[key] = self.bias * 2
+        return x + self.bias_cache[key]
+
+
+def test_the_model_as_loaded_gets_back_a_cache_its_export_filled_in_place() -> None:
+    model = _CachesInADict().eval()
+    cache = model.bias_cache
+    as_loaded = ModuleState(model)
+    # torch.export traces with fake tensors and leaves one in the cache: a reference forward after it
+    # reads the fake tensor (levit failed `internal` through the torch exporter this way).
+    torch.export.export(model, (torch.ones(2, 4),), strict=False)
+    assert cache, "the export did not fill the cache: this test no longer shows anything"
+    as_loaded.restore()
+    assert model.bias_cache is cache and cache == {}
+    assert torch.equal(model(torch.zeros(1, 4)), torch.arange(4.0)[None] * 2)
