@@ -652,3 +652,38 @@ def test_a_model_without_a_fuser_ships_onnx_runtime_s_optimized_graph(zoo_dir: P
     census = _census(graph)
     assert census["FusedConv"] > 0 and sum(census.values()) < result.node_count  # Conv+Relu fused: fewer nodes
     assert result.variant("fp16").optimizer["components"]["model"]["source"] == "fp32 (ort_offline)"
+
+
+def _remote_code_bert(zoo_dir: Path, dest: Path) -> Path:
+    """The zoo bert as a remote-code checkpoint: its config and model classes live in the folder's own .py files."""
+    shutil.copytree(zoo_dir / "bert", dest)
+    (dest / "configuration_mybert.py").write_text(
+        "from transformers import BertConfig\n\n\nclass MyBertConfig(BertConfig):\n    model_type = 'bert'\n"
+    )
+    (dest / "modeling_mybert.py").write_text(
+        "from transformers import BertModel\n\nfrom .configuration_mybert import MyBertConfig\n\n\n"
+        "class MyBertModel(BertModel):\n    config_class = MyBertConfig\n"
+    )
+    config = json.loads((dest / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_mybert.MyBertConfig", "AutoModel": "modeling_mybert.MyBertModel"}
+    config["architectures"] = ["MyBertModel"]
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
+@pytest.mark.slow
+def test_a_remote_code_checkpoint_it_is_allowed_for_ships_its_code_beside_the_graph(zoo_dir: Path, tmp_path: Path) -> None:
+    # Every remote-code row failed `internal`: the artifact folder, loaded back as users load it, lacked the .py files.
+    src = _remote_code_bert(zoo_dir, tmp_path / "mybert")
+    entry = ManifestEntry(source=str(src), task="feature-extraction", variants=("fp32",), allow_remote_code=True)
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), benchmark=False))
+    assert result.status == "passed", result.message
+    folder = Path(result.artifacts_dir)
+    assert {"configuration_mybert.py", "modeling_mybert.py"} <= {p.name for p in folder.iterdir()}
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True, local_files_only=True)
+    assert type(config).__name__ == "MyBertConfig"
+    # without the row's leave, the code is neither run nor copied
+    refused = convert_one(replace(entry, allow_remote_code=False), Settings(out_dir=str(tmp_path / "out2"), benchmark=False))
+    assert refused.status == "failed" and "allow_remote_code" in refused.message

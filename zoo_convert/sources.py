@@ -132,19 +132,24 @@ def _what(mode: int) -> str:
     return "no regular file"
 
 
-def side_files(ckpt_dir: Path) -> list[Path]:
+def side_files(ckpt_dir: Path, *, remote_code: bool = False) -> list[Path]:
     """The checkpoint's side files to copy beside onnx/; UnsafeCheckpointError for one that leads elsewhere.
 
     Each must be a regular file that resolves inside the checkpoint folder, or inside the
     Hub cache folder of the same repo (a snapshot's files are links to its ``blobs/``):
     a ``merges.txt`` linked to any other file on the machine would be copied and published.
     A sentence-transformers checkpoint adds its module files, found in modules.json once
-    modules.json itself passed.
+    modules.json itself passed. A row allowed remote code adds the folder's ``*.py``: its
+    config.json's ``auto_map`` names classes in them, and neither the artifact folder nor
+    its users' ``from_pretrained(..., trust_remote_code=True)`` load without them.
     """
     root = ckpt_dir.resolve()
     if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
         root = root.parent.parent
-    found = [p for name in (*SIDE_FILES, *_ST_ROOT_FILES) if (p := _vetted(ckpt_dir, name, root)) is not None]
+    names = [*SIDE_FILES, *_ST_ROOT_FILES]
+    if remote_code:
+        names += sorted(p.name for p in ckpt_dir.glob("*.py"))
+    found = [p for name in names if (p := _vetted(ckpt_dir, name, root)) is not None]
     modules = [name for name in sentence_transformers_files(ckpt_dir)[0] if name not in _ST_ROOT_FILES]
     return found + [p for name in modules if (p := _vetted(ckpt_dir, name, root)) is not None]
 

@@ -80,7 +80,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
         raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
     if ckpt.library == "diffusers":
         return _export_diffusers(ckpt, entry, Path(out_dir))
-    sides = side_files(ckpt.path)  # before the export: a checkpoint that links out of itself is refused first
+    sides = side_files(ckpt.path, remote_code=ckpt.trust_remote_code)  # before the export: a checkpoint that links out of itself is refused first
     onnx_dir = Path(out_dir) / "onnx"
     if onnx_dir.exists():
         shutil.rmtree(onnx_dir)

@@ -71,11 +71,12 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
         path = Path(entry.source).expanduser()
         if not path.is_dir():
             raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
-        side_files(path)  # refused before a byte of it is read: a side file linked out of the checkpoint
+        # refused before a byte of it is read: a side file linked out of the checkpoint
+        side_files(path, remote_code=entry.allow_remote_code)
         resolved = folder_hash(path)
     else:
         path, resolved = download(entry, settings)
-        side_files(path)
+        side_files(path, remote_code=entry.allow_remote_code)
     return _vet(path, resolved, entry)
 
 
