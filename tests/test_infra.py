@@ -388,7 +388,8 @@ class _LocalCluster:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            for sig, wait_s in ((15, 20), (9, 10)):
+            # `ray start --block` can take over 20 s to go on SIGTERM: the group is killed after 5 (CI time)
+            for sig, wait_s in ((15, 5), (9, 10)):
                 try:
                     os.killpg(proc.pid, sig)
                 except ProcessLookupError:
