@@ -90,6 +90,39 @@ def verdict(name: str, checks: dict[str, bool], summary: str) -> int:
     return 1 if missed else 0
 
 
+def wait_for_cold_fork_servers(preloads: tuple[str, ...], limit_s: float = 60.0) -> float:
+    """Wait until no fork server of these preloads is up: each farm run pays its own warm-up, as a nightly run does.
+
+    A server exits LINGER_S after its last caller; it is found by its command line, as
+    connecting to it would count as a caller. Returns the CPU seconds (user + sys) of the
+    servers seen, with the jobs they forked and reaped: a server is a daemon, nobody's child,
+    so ``RUSAGE_CHILDREN`` of the command that started it never counts it.
+    """
+    from zoo_convert.isolation import default_address
+
+    addresses = [default_address(p).encode() for p in preloads]
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        up = [p for p in Path("/proc").glob("[0-9]*") if any(a in _read(p / "cmdline") for a in addresses)]
+        for proc in up:
+            fields = _read(proc / "stat").rsplit(b")", 1)[-1].split()
+            if len(fields) > 14:  # utime, stime, cutime, cstime: fields 14-17 of stat(5), 12-15 after the name
+                seen[proc.name] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        if not up:
+            return sum(seen.values())
+        time.sleep(0.5)
+    raise SystemExit(f"a fork server ({', '.join(preloads)}) is still up after {limit_s:g} s")
+
+
+def _read(path: Path) -> bytes:
+    """A /proc file's bytes; empty once its process is gone."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def cpu_model() -> str:
     """The CPU's model name and the int8 instruction sets ORT can use (/proc/cpuinfo): say it next to every latency."""
     name, flags = "unknown CPU", set()
