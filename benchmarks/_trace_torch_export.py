@@ -38,7 +38,7 @@ PHASES = (
     ("onnxscript._framework_apis.torch_2_11", "convert_version", "opset conversion"),
     ("torch.onnx._internal.exporter._onnx_program", "ONNXProgram.optimize", "onnxscript optimize"),
     ("torch.onnx._internal.exporter._onnx_program", "ONNXProgram.save", "save"),
-    ("zoo_convert.stages.export", "_name_dynamic_axes", "axis names"),
+    ("zoo_convert.torch_onnx", "name_dynamic_axes", "axis names"),
     ("zoo_convert.onnx_graph", "externalize", "externalize"),
     ("zoo_convert.stages.export", "_load_model", "load model"),
     ("zoo_convert.stages.export", "_submodels", "optimum split"),
