@@ -594,6 +594,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     """
     model, report = _load_model(ckpt, task)
     main_config, parts = _submodels(ckpt, model, task)
+    opset = _default_opset(opset, main_config)
     seq2seq = "encoder_model" in parts  # an encoder-decoder: optimum's split, each graph through dynamo
     shapes = _dummy_shapes(ckpt, main_config) if seq2seq else {}
     weights = check_weights(ckpt, task, model, report, parts.values(), shapes)
@@ -621,6 +622,15 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     return [_torch_onnx(module, config, opset, onnx_dir, {})], details
 
 
+def _default_opset(opset: int | None, config: Any) -> int:
+    """The opset asked for, else optimum's for the model (18): torchlib's own opset, so torch.onnx converts nothing.
+
+    torch.onnx's default (20) is torchlib's graph converted up; 18 is what optimum's export of
+    the same model writes and what its loaders (ORTModel, transformers.js) are tested with.
+    """
+    return opset if opset is not None else int(config.DEFAULT_ONNX_OPSET)
+
+
 def _export_generic(
     ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path, no_config: str
 ) -> tuple[list[Component], dict[str, Any]]:
@@ -631,7 +641,7 @@ def _export_generic(
     config = generic.onnx_config(model, task, {**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)})
     shapes = _dummy_shapes(ckpt, config)
     weights = check_weights(ckpt, task, model, report, [(model, config)], shapes)
-    component = _torch_onnx(model, config, opset, onnx_dir, shapes)
+    component = _torch_onnx(model, config, _default_opset(opset, config), onnx_dir, shapes)
     details = {"exporter": "torch", "generic": no_config, "onnx_config": type(config).__name__}
     return [component], {**details, **({"weights": weights} if weights else {})}
 
