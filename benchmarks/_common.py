@@ -90,6 +90,52 @@ def verdict(name: str, checks: dict[str, bool], summary: str) -> int:
     return 1 if missed else 0
 
 
+def wait_for_cold_fork_servers(preloads: tuple[str, ...], limit_s: float = 60.0) -> float:
+    """Wait until no fork server of these preloads is up: each farm run pays its own warm-up, as a nightly run does.
+
+    A server exits LINGER_S after its last caller; it is found by its command line (its
+    ``_serve`` call names the preload), as connecting to it would count as a caller. Not by
+    its socket's address: that hashes the interpreter's path, and ``zoo-convert`` runs
+    ``.venv/bin/python3`` where this script may run ``.venv/bin/python``. Returns the CPU seconds
+    (user + sys) of the servers seen, with the jobs they forked and reaped: a server is a
+    daemon, nobody's child, so ``RUSAGE_CHILDREN`` of the command that started it never counts it.
+    """
+    named = [f"'{p}'".encode() for p in preloads]
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        up = {}
+        for proc in Path("/proc").glob("[0-9]*"):
+            cmdline = _read(proc / "cmdline")
+            if b"_serve(" in cmdline and any(n in cmdline for n in named) and _owner(proc) == os.getuid():
+                up[proc.name] = _read(proc / "stat").rsplit(b")", 1)[-1].split()
+        for pid, fields in up.items():
+            # the server itself, not its jobs (forked with its command line): it reaps them, their CPU is in its own
+            # cutime/cstime. stat(5) fields 4 (ppid) and 14-17 (utime, stime, cutime, cstime), 2 and 12-15 after the name.
+            if len(fields) > 14 and fields[1].decode() not in up:
+                seen[pid] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        if not up:
+            return sum(seen.values())
+        time.sleep(0.5)
+    raise SystemExit(f"a fork server ({', '.join(preloads)}) is still up after {limit_s:g} s")
+
+
+def _owner(proc: Path) -> int | None:
+    """The uid owning a /proc entry (None once it is gone)."""
+    try:
+        return proc.stat().st_uid
+    except OSError:
+        return None
+
+
+def _read(path: Path) -> bytes:
+    """A /proc file's bytes; empty once its process is gone."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def cpu_model() -> str:
     """The CPU's model name and the int8 instruction sets ORT can use (/proc/cpuinfo): say it next to every latency."""
     name, flags = "unknown CPU", set()

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-from _common import BIN, add_zoo_options, machine, verdict, zoo_job_rows
+from _common import BIN, add_zoo_options, machine, verdict, wait_for_cold_fork_servers, zoo_job_rows
 
 from zoo_convert.errors import LONG_INPUTS_ONLY
-from zoo_convert.isolation import WARM_MODULE, default_address
+from zoo_convert.isolation import WARM_MODULE
 from zoo_convert.manifest import write_manifest
 
 SEQ_TARGET, X2_TARGET, EFFICIENCY_TARGET = 10.0, 5.0, 0.85
@@ -89,7 +89,7 @@ def run_farm_cli(label: str, rows: list[dict], work: Path, *flags: str) -> FarmR
     manifest = write_manifest(rows, folder / "manifest.parquet")
     db = folder / "results.duckdb"
     cmd = [str(BIN / "zoo-convert"), "run", str(manifest), "--db", str(db), "--out", str(folder / "artifacts"), *flags]
-    wait_for_cold_fork_server()
+    wait_for_cold_fork_servers((WARM_MODULE,))
     t0, clock0 = time.perf_counter(), time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall, clock1 = time.perf_counter() - t0, time.time()
@@ -130,29 +130,6 @@ def run_farm_cli(label: str, rows: list[dict], work: Path, *flags: str) -> FarmR
         variant_rows={str(v): (p, n) for v, p, n in per_variant},
         phases=phases,
     )
-
-
-def wait_for_cold_fork_server(limit_s: float = 60.0) -> None:
-    """Wait until no fork server is up: each farm run pays its own warm-up, as a nightly run does.
-
-    The server exits LINGER_S after its last caller; it is found by its command line,
-    as connecting to it would count as a caller.
-    """
-    address = default_address(WARM_MODULE)
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if not any(address.encode() in _cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline")):
-            return
-        time.sleep(0.5)
-    raise SystemExit(f"a fork server at {address} is still up after {limit_s:g} s")
-
-
-def _cmdline(path: Path) -> bytes:
-    """A process's command line; empty once it is gone."""
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
 
 
 def run_loop(label: str, rows: list[dict], work: Path, width: int) -> tuple[float, int, int]:

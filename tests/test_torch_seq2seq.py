@@ -52,17 +52,3 @@ def test_an_encoder_decoder_exported_by_torch_generates_what_pytorch_generates(
         expected = user.generate(**prompt, **greedy)
     got = ort_model.generate(**prompt, **greedy)
     assert got.tolist() == expected.tolist()
-
-
-def test_a_torch_export_failure_is_recorded_with_its_cause_not_the_boilerplate() -> None:
-    from zoo_convert.torch_seq2seq import export_cause
-
-    said = (
-        "Failed to export the model with torch.export. \x1b[96mThis is step 1/3\x1b[0m of exporting the model to ONNX."
-        " Next steps:\n- Modify the model code\n\n## Exception summary\n\n<class 'RuntimeError'>: The size of tensor a"
-        " (s89) must match the size of tensor b (s89 + 1) at non-singleton dimension 3)\n\n(Refer to the full stack trace)"
-    )
-    assert export_cause(RuntimeError(said)) == (
-        "<class 'RuntimeError'>: The size of tensor a (s89) must match the size of tensor b (s89 + 1) at non-singleton dimension 3)"
-    )
-    assert export_cause(RuntimeError("\x1b[96mno summary\x1b[0m here\nmore")) == "no summary here"

@@ -67,7 +67,7 @@ from .errors import (
     printable,
 )
 from .hub_budget import Budget, HubLimits, LocalGovernor
-from .isolation import JobFn, failure_result, fork_server, run_isolated
+from .isolation import JobFn, failure_result, fork_server, preload_for, run_isolated
 from .manifest import Manifest, read_manifest
 from .pipeline import convert_one
 from .plan import InvalidRow, Job, keyed_jobs, make_plan
@@ -334,6 +334,7 @@ def _run_farm(
     plan = make_plan(manifest, settings, done, store.last_durations(), store.timeouts(), latest=store.latest_keys())
     if plan.jobs:
         _check_out_dir(Path(settings.out_dir))  # before Ray starts: no job should meet an unusable --out
+    settings = job_settings(settings, [job.entry for job in plan.jobs] + list(plan.unresolved))
     report = FarmReport(
         run_id=run_id, name=name, total=plan.total, skipped=plan.skipped, unresolved=len(plan.unresolved),
         skipped_by_status=Counter(latest_job_statuses(store, list(plan.skipped_keys))),
@@ -345,7 +346,7 @@ def _run_farm(
     needs_ray = bool(plan.jobs) or (bool(plan.unresolved) and options.max_attempts > 1)
     started_ray = needs_ray and not ray.is_initialized()
     if started_ray and options.address is None:
-        _prestart_fork_server()
+        _prestart_fork_server(preload_for(settings))
     if started_ray:
         progress.starting_ray(options.address or os.environ.get("RAY_ADDRESS"))
         _init_ray(options)
@@ -622,7 +623,17 @@ def _cluster_budget(limits: HubLimits, run_id: str) -> ActorProxy[_HubBudget]:
     return actor
 
 
-def _prestart_fork_server() -> None:
+def job_settings(settings: Settings, entries: list[ManifestEntry]) -> Settings:
+    """The settings the run's jobs get: the fork server warms the torch exporter only where a row names it.
+
+    Rows of exporter ``auto`` do not count: they resolve per model type, which only optimum's
+    registry (seconds to import in the driver) can say, and most resolve to optimum; one that
+    takes the torch exporter pays its first-call cost itself, as every torch job did before.
+    """
+    return replace(settings, warm_torch_exporter=any(entry.exporter == "torch" for entry in entries))
+
+
+def _prestart_fork_server(preload: str) -> None:
     """Start this machine's fork server now, so its warm-up runs while ``ray.init`` starts the local instance.
 
     The local workers find it at its socket; the driver's connection keeps it up for the run.
@@ -630,7 +641,7 @@ def _prestart_fork_server() -> None:
     unsafe socket folder (:class:`UnsafeForkServerError`) is not caught: it stops the run.
     """
     try:
-        fork_server()
+        fork_server(preload=preload)
     except (OSError, RuntimeError) as exc:
         print(f"zoo_convert: could not prestart the fork server ({exc}); the workers will", file=sys.stderr)
 

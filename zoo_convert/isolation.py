@@ -6,7 +6,10 @@ driver, a test) shares one fork server: a daemon that imports
 :mod:`zoo_convert._warm` (the toolchain, plus one tiny conversion run
 single-threaded), freezes its heap for the garbage collector, and then forks one
 child per job. A job pays neither the imports nor the first-call costs, and
-whatever the child does (hang, segfault, eat memory) cannot take down the caller::
+whatever the child does (hang, segfault, eat memory) cannot take down the caller.
+A run with ``torch``-exporter rows forks from a server that also warmed the torch exporter
+(:mod:`zoo_convert._warm_torch`, ``Settings.warm_torch_exporter``): a server of its own, so
+an optimum-only run neither pays that warm-up nor meets it::
 
     caller (Ray worker) --unix socket--> fork server (warm, one per machine) --pipe--> spare child
         |  <-- child pid; "done" once its result is written, or its exit status --       |
@@ -93,6 +96,8 @@ class JobFn(Protocol):
 
 
 WARM_MODULE = "zoo_convert._warm"
+# The preload of a run with torch-exporter rows: WARM_MODULE, then one tiny dynamo export (a server of its own).
+WARM_TORCH_MODULE = "zoo_convert._warm_torch"
 # How often the caller samples the child's memory; the child's exit is noticed at once.
 POLL_S = 0.05
 # How long the server waits for a caller once the last one has left.
@@ -159,7 +164,9 @@ def _run_isolated(
     with tempfile.TemporaryDirectory(prefix="zoo-job-") as tmp:
         out = Path(tmp, "result.json")
         try:
-            verdict, status = fork_server().run(job_fn, entry, settings, str(out), timeout, limit)
+            verdict, status = fork_server(preload=preload_for(settings)).run(
+                job_fn, entry, settings, str(out), timeout, limit
+            )
         except _ServerLost as exc:
             _discard_claimed(out, Path(settings.out_dir))
             return failure_result(entry, FailureKind.WORKER_LOST, f"fork server lost: {exc}", started_at=started_at)
@@ -257,14 +264,19 @@ _lock = threading.Lock()
 _servers: dict[str, ForkServer] = {}
 
 
-def fork_server(address: str | None = None) -> ForkServer:
+def fork_server(address: str | None = None, preload: str = WARM_MODULE) -> ForkServer:
     """This process's connection to the machine's fork server, started on first use and again if it died."""
-    address = address or default_address(WARM_MODULE)
+    address = address or default_address(preload)
     with _lock:
         server = _servers.get(address)
         if server is None or server.lost:
-            server = _servers[address] = ForkServer(address)
+            server = _servers[address] = ForkServer(address, preload)
         return server
+
+
+def preload_for(settings: Settings) -> str:
+    """The module the jobs' fork server preloads: the torch exporter warmed too only where the run uses it."""
+    return WARM_TORCH_MODULE if settings.warm_torch_exporter else WARM_MODULE
 
 
 @functools.cache

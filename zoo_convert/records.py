@@ -162,6 +162,9 @@ class Settings:
         optimization: the level the fp32 graph is optimized at when ``optimize`` is on (O1, O2, O3:
             ``--optimize``); a manifest row's ``optimize`` overrides it for its job.
         benchmark: measure latency; False skips the benchmark stage (``--no-benchmark``).
+        warm_torch_exporter: the fork server the jobs fork from also warms the torch exporter (one tiny
+            dynamo export at its start: :mod:`zoo_convert._warm_torch`); the farm sets it when its plan
+            has a ``torch`` row. It decides no artifact's bytes, only how warm the job's process starts.
     """
 
     out_dir: str = "artifacts"
@@ -192,6 +195,7 @@ class Settings:
     benchmark: bool = True
     optimization: str = DEFAULT_OPTIMIZATION
     shapes: dict[str, int] = field(default_factory=dict)
+    warm_torch_exporter: bool = False
 
 
 @dataclass(frozen=True)

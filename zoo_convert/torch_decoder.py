@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree
 
-from .errors import ExportError, first_line
+from . import torch_onnx
+from .errors import ExportError
 from .runtime import ModuleState
 from .stages import Component
 
@@ -48,29 +49,18 @@ def export(model: Any, config: Any, opset: int | None, onnx_dir: Path) -> Compon
     step = _CachedStep(model, names, past_names, past_spec, outputs)
     path = onnx_dir / "model.onnx"
     as_loaded = ModuleState(model)
-    try:
-        with torch.no_grad(), config.patch_model_for_export(model):
-            program = torch.onnx.export(
-                step,
-                tuple(flat[n] for n in names),
-                dynamo=True,
-                input_names=names,
-                output_names=outputs,
-                dynamic_shapes=(tuple(_axes(config.inputs[n]) for n in names),),  # one entry: forward's *args
-                opset_version=opset,
-                external_data=False,
-            )
-    except torch.onnx.errors.OnnxExporterError as exc:
-        # torch.onnx's own message is a page of advice in ANSI colours; the cause says what failed.
-        cause = exc.__cause__ or exc
-        step_name = "torch.export" if type(exc).__name__ == "TorchExportError" else "the ONNX translation"
-        raise ExportError(f"{step_name} of {type(model).__name__} with past failed: {first_line(cause)}") from exc
-    if program is None:  # only with dynamo=False, which is not asked for
-        raise ExportError("torch.onnx.export returned no ONNX program")
-    program.save(str(path), external_data=False)
-    from .stages.export import _name_dynamic_axes
-
-    _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
+    with torch.no_grad(), config.patch_model_for_export(model):
+        torch_onnx.export(
+            step,
+            tuple(flat[n] for n in names),
+            path,
+            what=f"{type(model).__name__} with past",
+            input_names=names,
+            output_names=outputs,
+            dynamic_shapes=(tuple(_axes(config.inputs[n]) for n in names),),  # one entry: forward's *args
+            opset=opset,
+        )
+    torch_onnx.name_dynamic_axes(path, {n: config.inputs[n] for n in names})
     return Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
 
 

@@ -19,62 +19,32 @@ the PyTorch reference is the model as loaded.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import torch_onnx
 from .errors import ExportError
-from .job import Component, ModuleState
 
 if TYPE_CHECKING:
     import torch
 
-# Graphs optimum writes before merging them into decoder_model_merged.onnx (deleted after the merge).
-UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 # Dummy lengths of the export, distinct so that no two axes are traced as one: a decoder step
 # of more than one token (assisted decoding feeds several) and a past unlike the encoder's length.
 _DECODER_TOKENS = 3
 _PAST_TOKENS = 5
 
 
-def export(
-    model: Any,
-    main_config: Any,
-    parts: dict[str, tuple[Any, Any]],
-    opset: int | None,
-    onnx_dir: Path,
-    shapes: dict[str, int],
-) -> list[Component]:
-    """Export every part of optimum's split (encoder, decoders) with the dynamo exporter, then merge the decoders.
+def export(parts: dict[str, tuple[Any, Any]], opset: int | None, onnx_dir: Path, shapes: dict[str, int]) -> list[str]:
+    """Export every graph of optimum's split (encoder, decoders) with the dynamo exporter; return their file names.
 
-    ``parts``: optimum's {graph name: (module, OnnxConfig)}; ``main_config`` the model's OnnxConfig
-    (its ``post_process_exported_models`` merges the decoders and marks their configs merged).
+    ``parts``: optimum's {graph name: (module, OnnxConfig)}. The caller merges the decoders with
+    optimum's post-processing, as it does optimum's own export's.
     """
-    from . import onnx_graph
-
-    as_loaded = ModuleState(model)
     subpaths = []
     for name, (module, config) in parts.items():
         _export_graph(module, config, opset, onnx_dir / f"{name}.onnx", shapes)
         subpaths.append(f"{name}.onnx")
-    as_loaded.restore()
-    try:
-        parts, subpaths = main_config.post_process_exported_models(onnx_dir, parts, subpaths)
-    except RuntimeError as exc:  # "Unable to merge decoders": the cause is what the record needs
-        cause = exc.__cause__ or exc
-        raise ExportError(f"merging the torch exporter's decoders failed: {type(cause).__name__}: {cause}") from exc
-    # The last (module, config) per file wins: for the merged decoder that is the with-past
-    # branch's, and verify derives the no-past branch from it (as for optimum's export).
-    by_file: dict[str, tuple[Any, Any]] = {}
-    for (module, config), sub in zip(parts.values(), subpaths):
-        by_file[str(sub)] = (module, config)
-    if "decoder_model_merged.onnx" in by_file:
-        for name in UNMERGED:
-            onnx_graph.delete(onnx_dir / name)
-    return [
-        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
-        for sub, (module, config) in by_file.items()
-    ]
+    return subpaths
 
 
 def _wrapper(module: Any, config: Any, names: list[str], model_kwargs: dict[str, Any]) -> torch.nn.Module:
@@ -146,27 +116,19 @@ def _export_graph(module: Any, config: Any, opset: int | None, path: Path, shape
     tensors = tuple(_resized(flat[n], axes[n]) for n in names)
     dynamic = tuple({axis: torch.export.Dim.AUTO for axis in axes[n]} for n in names)
     wrapper = _wrapper(module, config, names, model_kwargs)
-    export_args: dict[str, Any] = dict(
-        dynamo=True,
-        input_names=names,
-        output_names=list(config.outputs),
-        dynamic_shapes=(dynamic,),
-        opset_version=opset,
-        external_data=False,
-    )
-    try:
-        with torch.no_grad(), config.patch_model_for_export(module, model_kwargs=model_kwargs):
-            program = torch.onnx.export(wrapper, tensors, **export_args)
-    except Exception as exc:  # noqa: BLE001 - torch.onnx's own error type; anything else propagates
-        if type(exc).__name__ != "TorchExportError":
-            raise
-        # Its first line is boilerplate ("Failed to export the model with torch.export"); the cause is the summary.
+    with torch.no_grad(), config.patch_model_for_export(module, model_kwargs=model_kwargs):
         # (Exporting without optimum's patcher, which is made for TorchScript, gets moonshine's encoder past
         # torch.export, but into a graph ONNX Runtime cannot run at another length: not worth a second export.)
-        raise ExportError(f"{path.name}: torch.export failed: {export_cause(exc)}") from exc
-    if program is None:  # only with dynamo=False, which is not asked for
-        raise ExportError("torch.onnx.export returned no ONNX program")
-    program.save(str(path), external_data=False)
+        torch_onnx.export(
+            wrapper,
+            tensors,
+            path,
+            what=path.name,
+            input_names=names,
+            output_names=list(config.outputs),
+            dynamic_shapes=(dynamic,),
+            opset=opset,
+        )
     _name_axes(path, {n: axes[n] for n in names}, config.outputs)
 
 
@@ -180,9 +142,8 @@ def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str,
     import onnx
 
     from . import onnx_graph
-    from .stages.export import _name_dynamic_axes
 
-    _name_dynamic_axes(path, inputs)
+    torch_onnx.name_dynamic_axes(path, inputs)
     model = onnx_graph.load(path)
     declared = []
     for out in model.graph.output:
@@ -194,13 +155,6 @@ def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str,
     del model.graph.output[:]
     model.graph.output.extend(declared)
     onnx_graph.save(model, path, external=False)
-
-
-def export_cause(exc: BaseException) -> str:
-    """The cause torch.onnx's TorchExportError names under "Exception summary" (its first line is boilerplate)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    found = re.search(r"## Exception summary\s+(.+)", text)
-    return (found.group(1) if found else text.splitlines()[0] if text else type(exc).__name__).strip()
 
 
 def _flat_inputs(config: Any, dummy: dict[str, Any]) -> dict[str, torch.Tensor]:

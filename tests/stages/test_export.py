@@ -126,6 +126,7 @@ def test_torch_dynamo_exporter_verifies(zoo_dir: Path, tmp_path: Path, checkpoin
     ex = export(ckpt, ManifestEntry(source=str(ckpt.path), exporter="torch"), Settings(), tmp_path)
     assert ex.details["exporter"] == "torch"
     assert [c.name for c in ex.components] == ["model"]
+    assert ex.opset == 18  # optimum's default, not torch.onnx's 20
     check(ex)
     checks = verify(ex, Artifact("fp32", {"model": ex.components[0].path}), Settings())
     assert all(c.passed for c in checks)
@@ -248,7 +249,7 @@ def test_torch_exporter_splits_an_encoder_decoder_without_past_as_optimum_does(
     """Without past key values: optimum's two graphs, the decoder taking no cache, and nothing to merge."""
     ckpt = checkpoint(zoo_dir / "t5", "text2text-generation")
     ex = export(ckpt, ManifestEntry(source=str(ckpt.path), task="text2text-generation", exporter="torch"), Settings(), tmp_path)
-    assert ex.details["exporter"] == "torch"
+    assert ex.details["exporter"] == "torch" and ex.opset == 18
     assert [c.name for c in ex.components] == ["encoder_model", "decoder_model"]
     assert sorted(f for f in ex.files if f.endswith(".onnx")) == ["onnx/decoder_model.onnx", "onnx/encoder_model.onnx"]
     decoder = ex.components[1].graph.graph

@@ -30,6 +30,7 @@ def test_torch_exporter_converts_a_decoder_with_past(name: str, zoo_dir: Path, t
     assert fp32.generation_steps == 16 and fp32.generation_token_match == 1.0
     ins, outs = _io(Path(result.artifacts_dir) / "onnx" / "model.onnx")
     want_ins, want_outs = _io(zoo_export(name).components[0].path)
+    assert result.opset == zoo_export(name).opset == 18  # the opset optimum's export writes
     assert ins == want_ins and "past_key_values.0.key" in ins
     assert outs == want_outs and outs[:2] == ["logits", "present.0.key"]
     assert {"attention_mask", "position_ids"} <= set(ins)

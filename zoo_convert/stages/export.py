@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import diffusion, generic, loadable, onnx_graph, torch_seq2seq
+from .. import diffusion, generic, loadable, onnx_graph, torch_onnx, torch_seq2seq
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..runtime import ModuleState, processor_fallback, processor_shapes, shape_kwargs
@@ -531,20 +531,30 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
         device="cpu",
         dtype="fp32",
     )
-    models_and_configs, subpaths = main_config.post_process_exported_models(onnx_dir, models_and_configs, subpaths)
-    # The last (module, config) per file wins: for a merged decoder that is the
-    # with-past branch, and verify derives the no-past branch from it.
+    components = _post_processed(main_config, onnx_dir, models_and_configs, subpaths, as_loaded)
+    return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
+
+
+def _post_processed(
+    main_config: Any, onnx_dir: Path, parts: dict[str, tuple[Any, Any]], subpaths: list[str], as_loaded: ModuleState
+) -> list[Component]:
+    """optimum's post-processing of the graphs written (an encoder-decoder's decoders merged), one Component per file.
+
+    Both exporters' encoder-decoders come through here. The last (module, config) per file wins:
+    for a merged decoder that is the with-past branch, and verify derives the no-past branch
+    from it; the two unmerged decoders are deleted.
+    """
+    parts, subpaths = main_config.post_process_exported_models(onnx_dir, parts, subpaths)
     by_file: dict[str, tuple[Any, Any]] = {}
-    for (module, config), sub in zip(models_and_configs.values(), subpaths):
+    for (module, config), sub in zip(parts.values(), subpaths):
         by_file[str(sub)] = (module, config)
     if "decoder_model_merged.onnx" in by_file:
         for name in _UNMERGED:
             onnx_graph.delete(onnx_dir / name)
-    components = [
+    return [
         Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
         for sub, (module, config) in by_file.items()
     ]
-    return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
 
 
 def _dummy_shapes(ckpt: Checkpoint, config: Any) -> dict[str, int]:
@@ -584,12 +594,20 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     """
     model, report = _load_model(ckpt, task)
     main_config, parts = _submodels(ckpt, model, task)
+    opset = _default_opset(opset, main_config)
     seq2seq = "encoder_model" in parts  # an encoder-decoder: optimum's split, each graph through dynamo
     shapes = _dummy_shapes(ckpt, main_config) if seq2seq else {}
     weights = check_weights(ckpt, task, model, report, parts.values(), shapes)
     details = {"exporter": "torch", **({"weights": weights} if weights else {})}
     if seq2seq:
-        return torch_seq2seq.export(model, main_config, parts, opset, onnx_dir, shapes), details
+        as_loaded = ModuleState(model)
+        subpaths = torch_seq2seq.export(parts, opset, onnx_dir, shapes)
+        as_loaded.restore()
+        try:
+            return _post_processed(main_config, onnx_dir, parts, subpaths, as_loaded), details
+        except RuntimeError as exc:  # "Unable to merge decoders": the cause is what the record needs
+            cause = exc.__cause__ or exc
+            raise ExportError(f"merging the torch exporter's decoders failed: {type(cause).__name__}: {cause}") from exc
     if len(parts) != 1:
         raise ExportError(
             f"the torch exporter exports one graph or an encoder-decoder; optimum splits {ckpt.model_type!r} "
@@ -604,6 +622,15 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
     return [_torch_onnx(module, config, opset, onnx_dir, {})], details
 
 
+def _default_opset(opset: int | None, config: Any) -> int:
+    """The opset asked for, else optimum's for the model (18): torchlib's own opset, so torch.onnx converts nothing.
+
+    torch.onnx's default (20) is torchlib's graph converted up; 18 is what optimum's export of
+    the same model writes and what its loaders (ORTModel, transformers.js) are tested with.
+    """
+    return opset if opset is not None else int(config.DEFAULT_ONNX_OPSET)
+
+
 def _export_generic(
     ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path, no_config: str
 ) -> tuple[list[Component], dict[str, Any]]:
@@ -614,7 +641,7 @@ def _export_generic(
     config = generic.onnx_config(model, task, {**DEFAULT_DUMMY_SHAPES, **processor_shapes(ckpt.path)})
     shapes = _dummy_shapes(ckpt, config)
     weights = check_weights(ckpt, task, model, report, [(model, config)], shapes)
-    component = _torch_onnx(model, config, opset, onnx_dir, shapes)
+    component = _torch_onnx(model, config, _default_opset(opset, config), onnx_dir, shapes)
     details = {"exporter": "torch", "generic": no_config, "onnx_config": type(config).__name__}
     return [component], {**details, **({"weights": weights} if weights else {})}
 
@@ -633,44 +660,20 @@ def _torch_onnx(model: Any, config: Any, opset: int | None, onnx_dir: Path, shap
     args = () if by_name else tuple(inputs[n] for n in names)
     path = onnx_dir / "model.onnx"
     as_loaded = ModuleState(model)
-    try:
-        with torch.no_grad(), config.patch_model_for_export(model):
-            program = torch.onnx.export(
-                model,
-                args,
-                kwargs={n: inputs[n] for n in names} if by_name else None,
-                dynamo=True,
-                input_names=names,
-                output_names=list(config.outputs),
-                dynamic_shapes=dynamic_shapes if by_name else tuple(dynamic_shapes.values()),
-                opset_version=opset,
-                external_data=False,
-            )
-    except torch.onnx.errors.OnnxExporterError as exc:  # its first line is boilerplate, the summary the cause
-        raise ExportError(f"torch.export failed: {torch_seq2seq.export_cause(exc)}") from exc
-    if program is None:  # only with dynamo=False, which is not asked for
-        raise ExportError("torch.onnx.export returned no ONNX program")
-    program.save(str(path), external_data=False)
-    _name_dynamic_axes(path, {n: config.inputs[n] for n in names})
+    with torch.no_grad(), config.patch_model_for_export(model):
+        torch_onnx.export(
+            model,
+            args,
+            path,
+            what=type(model).__name__,
+            kwargs={n: inputs[n] for n in names} if by_name else None,
+            input_names=names,
+            output_names=list(config.outputs),
+            dynamic_shapes=dynamic_shapes if by_name else tuple(dynamic_shapes.values()),
+            opset=opset,
+        )
+    torch_onnx.name_dynamic_axes(path, {n: config.inputs[n] for n in names})
     return Component(name="model", path=path, onnx_config=config, torch_module=model, as_loaded=as_loaded)
-
-
-def _name_dynamic_axes(path: Path, axes: dict[str, dict[int, str]]) -> None:
-    """Rename the exporter's symbolic dimensions (``s17``) to optimum's axis names (``batch_size``) everywhere."""
-    model = onnx_graph.load(path)
-    by_input = {i.name: i.type.tensor_type.shape.dim for i in model.graph.input}
-    names = {
-        by_input[name][axis].dim_param: label
-        for name, labels in axes.items()
-        for axis, label in labels.items()
-        if name in by_input and axis < len(by_input[name]) and by_input[name][axis].dim_param
-    }
-    for graph in onnx_graph.graphs(model.graph):
-        for value in [*graph.input, *graph.output, *graph.value_info]:
-            for dim in value.type.tensor_type.shape.dim:
-                if dim.dim_param in names:
-                    dim.dim_param = names[dim.dim_param]
-    onnx_graph.save(model, path, external=False)
 
 
 def _param_bytes(components: list[Component]) -> int:

@@ -1,0 +1,40 @@
+"""Which fork server a run's jobs fork from: the torch exporter is warmed only for a run that has a torch row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zoo_convert.farm import job_settings
+from zoo_convert.isolation import WARM_MODULE, WARM_TORCH_MODULE, default_address, preload_for
+from zoo_convert.manifest import read_manifest, write_manifest
+from zoo_convert.plan import make_plan
+from zoo_convert.records import Settings
+
+
+@pytest.mark.parametrize(
+    ("exporters", "preload"),
+    [
+        (["optimum", "optimum"], WARM_MODULE),
+        # auto resolves per model type, mostly to optimum: the driver does not import optimum to tell
+        (["optimum", "auto"], WARM_MODULE),
+        (["optimum", "torch"], WARM_TORCH_MODULE),
+        (["torch"], WARM_TORCH_MODULE),
+    ],
+)
+def test_the_plans_exporters_choose_the_fork_servers_preload(exporters: list[str], preload: str, tmp_path: Path) -> None:
+    rows = []
+    for i, exporter in enumerate(exporters):
+        (tmp_path / f"m{i}").mkdir()
+        (tmp_path / f"m{i}" / "config.json").write_text('{"model_type": "bert"}')
+        rows.append({"source": str(tmp_path / f"m{i}"), "task": "fill-mask", "exporter": exporter})
+    plan = make_plan(read_manifest(write_manifest(rows, tmp_path / "m.parquet")), Settings())
+    settings = job_settings(Settings(), [job.entry for job in plan.jobs])
+    assert preload_for(settings) == preload
+    assert settings.warm_torch_exporter is (preload == WARM_TORCH_MODULE)
+
+
+def test_the_two_preloads_are_two_servers() -> None:
+    """An optimum-only run never connects to (nor starts) the server that warms the torch exporter."""
+    assert default_address(WARM_MODULE) != default_address(WARM_TORCH_MODULE)
