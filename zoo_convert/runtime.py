@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import shapes
+from . import diffusion, shapes
 from .errors import VerifyError, is_our_bug
 from .job import Artifact, Component, ExportedModel
 from .job import Branch as Branch
@@ -222,6 +222,7 @@ def _make_case(
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
         _use_real_text(exported, config, inputs)
         _use_timm_images(exported, inputs)
+        diffusion.use_pipeline_inputs(comp.model_type, inputs, kwargs["height"], kwargs["width"])
         _user_masks(exported, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
         if reference:
