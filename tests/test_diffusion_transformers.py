@@ -211,6 +211,9 @@ def test_flux_transformer_is_verified_at_the_latent_grid_and_pipeline_timesteps(
     sd3 = {"timestep": torch.full((2,), 3.0)}
     diffusion.use_pipeline_inputs("sd3-transformer-2d", sd3, height=64, width=64)
     assert (sd3["timestep"] <= 1000).all() and sd3["timestep"].max() > 8  # sigma * 1000, not below attention_head_dim
-    unet = {"timestep": torch.tensor(7)}
+    unet = {"timestep": torch.tensor(7.0)}  # a scalar, below norm_num_groups
     diffusion.use_pipeline_inputs("unet-2d-condition", unet, height=64, width=64)
-    assert unet["timestep"].item() == 7
+    assert unet["timestep"].shape == () and 32 < unet["timestep"].item() < 1000
+    vae = {"latent_sample": torch.ones(1, 4, 8, 8)}
+    diffusion.use_pipeline_inputs("vae-decoder", vae, height=64, width=64)
+    assert vae["latent_sample"].eq(1).all()

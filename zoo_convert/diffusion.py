@@ -277,17 +277,18 @@ def _clear(folder: Path) -> None:
     folder.mkdir(parents=True)
 
 
-# The timesteps each pipeline's __call__ hands its transformer, by optimum's name of the transformer,
+# The timesteps each pipeline's __call__ hands its UNet or transformer, by optimum's name of the model,
 # as the (low, high) of a uniform draw: FluxPipeline passes sigma (its ``timestep / 1000``; the model
-# scales it by 1000 inside), StableDiffusion3Pipeline sigma * 1000. optimum's dummy timestep is below
-# attention_head_dim: for Flux, times that 1000, angles no pipeline feeds (its fp16 graph failed on them).
-_TIMESTEPS = {"flux-transformer-2d": (0.0, 1.0), "sd3-transformer-2d": (0.0, 1000.0)}
+# scales it by 1000 inside), StableDiffusion3Pipeline sigma * 1000, the UNet pipelines the scheduler's
+# step (below its 1000 training steps). optimum's dummy timestep is below attention_head_dim (a UNet's:
+# norm_num_groups): for Flux, times that 1000, angles no pipeline feeds (its fp16 graph failed on them).
+_TIMESTEPS = {"flux-transformer-2d": (0.0, 1.0), "sd3-transformer-2d": (0.0, 1000.0), "unet-2d-condition": (0.0, 1000.0)}
 # FluxPipeline's guidance is its guidance_scale (3.5 by default); optimum's is below 1.
 _GUIDANCE = (1.0, 5.0)
 
 
 def use_pipeline_inputs(model_type: str | None, inputs: dict[str, Any], height: int, width: int) -> None:
-    """A diffusion transformer's inputs become what its pipeline feeds it, in place, keeping every shape.
+    """A diffusion UNet's or transformer's inputs become what its pipeline feeds it, in place, keeping every shape.
 
     optimum's dummy ``img_ids`` are all zeros, which makes Flux's rotary embedding the
     identity and leaves it unverified: they become the packed latent grid's (row, column)
