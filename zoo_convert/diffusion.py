@@ -54,6 +54,13 @@ def is_pipeline_repo(files: tuple[str, ...]) -> bool:
     return INDEX in files and "config.json" not in files
 
 
+def tokenizer_folder(component: str) -> str | None:
+    """The folder of the tokenizer that feeds a text encoder: ``text_encoder_2`` reads ``tokenizer_2``."""
+    if component == "text_encoder" or component.startswith("text_encoder_"):
+        return "tokenizer" + component.removeprefix("text_encoder")
+    return None
+
+
 def read_index(path: Path, source: str) -> dict[str, Any]:
     """``model_index.json``, once it names a diffusers pipeline class; else a FetchError naming the file."""
     index = read_json(path / INDEX)  # looked at before opened: a FIFO or /dev/zero is refused, not read
