@@ -303,11 +303,11 @@ def use_pipeline_inputs(model_type: str | None, inputs: dict[str, Any], height: 
     ``txt_ids`` are zeros there too. Timesteps and guidance are drawn from the range
     the pipeline sends (:data:`_TIMESTEPS`), from the generators :func:`zoo_convert.runtime.seeded` pins.
     """
-    import torch
-
     span = _TIMESTEPS.get(model_type or "")
     if span is None:
         return
+    import torch
+
     timestep = inputs.get("timestep")
     if isinstance(timestep, torch.Tensor) and timestep.dtype.is_floating_point:
         low, high = span
