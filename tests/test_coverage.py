@@ -29,6 +29,8 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {"source": "timm/resnet18.a1_in1k", "task": "object-detection", "tags": ["timm"]},
         {"source": "stabilityai/sd-turbo", "task": "text-to-image", "tags": ["diffusers", "model_type:stable-diffusion"]},
         {"source": "black-forest-labs/FLUX.1-dev", "task": "text-to-image", "tags": ["diffusers", "model_type:flux"]},
+        {"source": "black-forest-labs/FLUX.1-Fill-dev", "task": "text-to-image", "tags": ["diffusers", "model_type:flux-fill"]},
+        {"source": "stabilityai/stable-diffusion-3.5-medium", "tags": ["diffusers", "model_type:stable-diffusion-3"]},
     ]
     return write_manifest(rows, root / "manifest.parquet")
 
@@ -46,12 +48,17 @@ def test_each_row_says_whether_it_has_a_path_and_why_not(manifest: Path) -> None
         "resnet_of_the_future.x": ("timm", "resnet_of_the_future", False),
         "resnet18.a1_in1k": ("timm", "resnet18", False),
         "sd-turbo": ("diffusers", "stable-diffusion", True),
-        "FLUX.1-dev": ("diffusers", "flux", False),
+        "FLUX.1-dev": ("diffusers", "flux", True),
+        "FLUX.1-Fill-dev": ("diffusers", "flux-fill", False),
+        "stable-diffusion-3.5-medium": ("diffusers", "stable-diffusion-3", True),
     }
     why = {r.source.rsplit("/", 1)[-1]: r.reason for r in manifest_coverage(manifest)}
     assert why["resnet18.a1_in1k"] == "optimum exports timm models for image-classification, not object-detection"
     assert why["trocr-small"] == "optimum exports trocr for feature-extraction; not text-to-image"
-    assert why["FLUX.1-dev"] == "diffusers flux: the farm verifies UNet pipelines (Stable Diffusion, SDXL) only"
+    assert why["FLUX.1-Fill-dev"] == (
+        "diffusers flux-fill: the farm verifies Stable Diffusion (1.x/2.x, XL, 3), Latent Consistency and Flux "
+        "text-to-image pipelines only"
+    )
     assert why["resnet_of_the_future.x"].startswith("timm 1.") and "no architecture 'resnet_of_the_future'" in why["resnet_of_the_future.x"]
 
 
@@ -60,16 +67,16 @@ def test_the_summary_weighs_libraries_by_rows(manifest: Path) -> None:
     table = {line.split()[0]: line.split()[1:] for line in lines[1:7] if line.strip()}
     assert table["timm"] == ["5", "3", "2", "0", "60%"]
     assert table["transformers"] == ["4", "2", "1", "1", "50%"]
-    assert table["diffusers"] == ["2", "1", "1", "0", "50%"]
-    assert table["all"] == ["11", "6", "4", "1", "55%"]
+    assert table["diffusers"] == ["4", "3", "1", "0", "75%"]
+    assert table["all"] == ["13", "8", "4", "1", "62%"]
 
 
 def test_the_command_prints_rows_and_the_summary(manifest: Path) -> None:
     res = CliRunner().invoke(cli, ["manifest", "coverage", str(manifest), "--rows"])
     assert res.exit_code == 0, res.output
     rows = [line.split("\t") for line in res.output.splitlines() if "\t" in line]
-    assert [r[:2] for r in rows] == [[str(n), m] for n, m in enumerate(["yes", "yes", "yes", "no", "?", "yes", "yes", "no", "no", "yes", "no"], 1)]
-    assert "all                        11      6      4        1        55%" in res.output
+    assert [r[:2] for r in rows] == [[str(n), m] for n, m in enumerate(["yes", "yes", "yes", "no", "?", "yes", "yes", "no", "no", "yes", "yes", "no", "yes"], 1)]
+    assert "all                        13      8      4        1        62%" in res.output
 
 
 def test_exporter_auto_counts_what_the_generic_torch_path_takes(tmp_path: Path) -> None:

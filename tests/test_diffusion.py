@@ -147,13 +147,21 @@ def test_the_torch_exporter_says_a_pipeline_is_optimums(sd_dir: Path, tmp_path: 
 
 
 def test_exporter_auto_takes_optimum_for_a_pipeline(sd_dir: Path, tmp_path: Path) -> None:
-    """optimum has a config for every component of a pipeline: auto exports it as optimum does."""
+    """optimum has a config for every component of a pipeline: auto exports it as optimum does; verify feeds
+    the text encoder real text through the pipeline's tokenizer/ (there is none at the root)."""
+    from transformers import AutoTokenizer
+
+    from zoo_convert.runtime import SENTENCES, cases
     from zoo_convert.stages.export import export
 
     entry = ManifestEntry(source=str(sd_dir), exporter="auto")
     settings = Settings(out_dir=str(tmp_path))
     exported = export(fetch(entry, settings), entry, settings, tmp_path / "out")
     assert exported.details["exporter"] == "optimum" and len(exported.components) >= 3
+    text = next(c for c in exported.components if c.name == "text_encoder")
+    case = next(iter(cases(exported, text, 1, 7, settings, audio_samples=16000).values()))
+    tokenizer = AutoTokenizer.from_pretrained(sd_dir / "tokenizer")
+    assert case.feed["input_ids"].tolist() == [tokenizer(SENTENCES[0])["input_ids"][:7]]
 
 
 def test_hub_files_take_each_component_and_leave_variants_and_single_files() -> None:

@@ -127,8 +127,14 @@ def _is_timm_arch(name: str) -> bool:
     return bool(name) and bool(timm.is_model(name))
 
 
-# model_type tags of UNet pipelines (StableDiffusion*, LatentConsistency) and the pipeline class names of local ones
-_UNET_PIPELINES = ("stable-diffusion", "latent-consistency", "StableDiffusion", "LatentConsistency")
+# Pipelines the farm has converted, verified and loaded back with optimum's ORT pipeline class, by
+# the model_type tags of Hub rows and the pipeline class names of local ones: the UNet pipelines
+# (StableDiffusion*, SDXL, LatentConsistency) and the transformer ones, Stable Diffusion 3 by prefix
+# (its img2img and inpaint pipelines share the components) and Flux text-to-image exactly (optimum
+# has no ORT class for FluxFill, FluxImg2Img or Flux 2, whose transformers differ or are unknown to it).
+_PIPELINE_PREFIXES = ("stable-diffusion", "latent-consistency", "StableDiffusion", "LatentConsistency")
+_PIPELINES = ("flux", "FluxPipeline")
+_VERIFIED = "the farm verifies Stable Diffusion (1.x/2.x, XL, 3), Latent Consistency and Flux text-to-image pipelines only"
 
 
 def _has_path(library: str, model_type: str | None, task: str | None, exporter: str = "optimum") -> tuple[bool | None, str]:
@@ -143,10 +149,10 @@ def _has_path(library: str, model_type: str | None, task: str | None, exporter: 
             return False, f"optimum exports timm models for image-classification, not {task}"
         return True, ""
     if library == "diffusers":
-        # optimum splits any pipeline; the farm has verified UNet pipelines (Stable Diffusion, SDXL) end to end
-        if model_type is None or model_type.startswith(_UNET_PIPELINES):
+        # optimum splits any pipeline; the farm has verified these end to end
+        if model_type is None or model_type.startswith(_PIPELINE_PREFIXES) or model_type in _PIPELINES:
             return True, ""
-        return False, f"diffusers {model_type}: the farm verifies UNet pipelines (Stable Diffusion, SDXL) only"
+        return False, f"diffusers {model_type}: {_VERIFIED}"
     if library not in ("transformers", "sentence-transformers"):
         return False, f"no exporter for {library} checkpoints"
     if model_type is None:

@@ -10,9 +10,12 @@ decoder), each with optimum's OnnxConfig, written by ``export_models`` in the la
     text_encoder/model.onnx  unet/model.onnx  vae_encoder/model.onnx  vae_decoder/model.onnx
     <component>/config.json                                           (each component's config)
 
-Each component is then one :class:`~zoo_convert.stages.Component` of the job: check,
-optimize (its variants beside it: ``unet/model_fp16.onnx``) and verify (ORT against the
-component's PyTorch forward at optimum's dummy inputs) treat it as any other graph.
+(``transformer/model.onnx`` in place of the UNet for SD3 and Flux, ``text_encoder_2/``
+and ``text_encoder_3/`` for their CLIP and T5 encoders.) Each component is then one
+:class:`~zoo_convert.stages.Component` of the job: check, optimize (its variants beside
+it: ``unet/model_fp16.onnx``) and verify (ORT against the component's PyTorch forward at
+optimum's dummy inputs, a transformer's made what its pipeline feeds it:
+:func:`use_pipeline_inputs`) treat it as any other graph.
 
 Only light imports at module level: fetch calls :func:`is_pipeline` in the farm driver.
 """
@@ -49,6 +52,13 @@ def is_pipeline(path: Path) -> bool:
 def is_pipeline_repo(files: tuple[str, ...]) -> bool:
     """The same for a Hub snapshot's file list."""
     return INDEX in files and "config.json" not in files
+
+
+def tokenizer_folder(component: str) -> str | None:
+    """The folder of the tokenizer that feeds a text encoder: ``text_encoder_2`` reads ``tokenizer_2``."""
+    if component == "text_encoder" or component.startswith("text_encoder_"):
+        return "tokenizer" + component.removeprefix("text_encoder")
+    return None
 
 
 def read_index(path: Path, source: str) -> dict[str, Any]:
@@ -272,3 +282,43 @@ def _clear(folder: Path) -> None:
     if folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
+
+
+# The timesteps each pipeline's __call__ hands its UNet or transformer, by optimum's name of the model,
+# as the (low, high) of a uniform draw: FluxPipeline passes sigma (its ``timestep / 1000``; the model
+# scales it by 1000 inside), StableDiffusion3Pipeline sigma * 1000, the UNet pipelines the scheduler's
+# step (below its 1000 training steps). optimum's dummy timestep is below attention_head_dim (a UNet's:
+# norm_num_groups): for Flux, times that 1000, angles no pipeline feeds (its fp16 graph failed on them).
+_TIMESTEPS = {"flux-transformer-2d": (0.0, 1.0), "sd3-transformer-2d": (0.0, 1000.0), "unet-2d-condition": (0.0, 1000.0)}
+# FluxPipeline's guidance is its guidance_scale (3.5 by default); optimum's is below 1.
+_GUIDANCE = (1.0, 5.0)
+
+
+def use_pipeline_inputs(model_type: str | None, inputs: dict[str, Any], height: int, width: int) -> None:
+    """A diffusion UNet's or transformer's inputs become what its pipeline feeds it, in place, keeping every shape.
+
+    optimum's dummy ``img_ids`` are all zeros, which makes Flux's rotary embedding the
+    identity and leaves it unverified: they become the packed latent grid's (row, column)
+    positions, as FluxPipeline makes them for a ``height`` x ``width`` latent; its
+    ``txt_ids`` are zeros there too. Timesteps and guidance are drawn from the range
+    the pipeline sends (:data:`_TIMESTEPS`), from the generators :func:`zoo_convert.runtime.seeded` pins.
+    """
+    span = _TIMESTEPS.get(model_type or "")
+    if span is None:
+        return
+    import torch
+
+    timestep = inputs.get("timestep")
+    if isinstance(timestep, torch.Tensor) and timestep.dtype.is_floating_point:
+        low, high = span
+        inputs["timestep"] = low + (high - low) * torch.rand_like(timestep)
+    guidance = inputs.get("guidance")
+    if isinstance(guidance, torch.Tensor) and guidance.dtype.is_floating_point:
+        inputs["guidance"] = _GUIDANCE[0] + (_GUIDANCE[1] - _GUIDANCE[0]) * torch.rand_like(guidance)
+    ids = inputs.get("img_ids")
+    rows, cols = height // 2, width // 2  # Flux packs 2x2 latent patches into one token
+    if isinstance(ids, torch.Tensor) and ids.shape[-2:] == (rows * cols, 3):
+        grid = torch.zeros(rows, cols, 3, dtype=ids.dtype)
+        grid[..., 1] = torch.arange(rows, dtype=ids.dtype)[:, None]
+        grid[..., 2] = torch.arange(cols, dtype=ids.dtype)[None, :]
+        inputs["img_ids"] = grid.reshape(rows * cols, 3).expand_as(ids).clone()

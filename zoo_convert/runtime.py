@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import shapes
+from . import diffusion, shapes
 from .errors import VerifyError, is_our_bug
 from .job import Artifact, Component, ExportedModel
 from .job import Branch as Branch
@@ -220,8 +220,9 @@ def _make_case(
     with seeded(kwargs["batch_size"] * 1000 + kwargs["sequence_length"]), processor_fallback():
         inputs = config.generate_dummy_inputs(framework="pt", **kwargs)
         label = f"{kwargs['batch_size']}x{_length(config, inputs, kwargs)}" + (f"/{branch.value}" if branch.value else "")
-        _use_real_text(exported, config, inputs)
+        _use_real_text(exported, config, inputs, comp)
         _use_timm_images(exported, inputs)
+        diffusion.use_pipeline_inputs(comp.model_type, inputs, kwargs["height"], kwargs["width"])
         _user_masks(exported, inputs)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
         if reference:
@@ -497,9 +498,17 @@ def shape_kwargs(folder: Path, config: OnnxConfig, batch: int, seq: int, audio_s
     return kwargs
 
 
-def _use_real_text(exported: ExportedModel, config: OnnxConfig, inputs: dict[str, Any]) -> None:
-    """Overwrite token-id inputs with real tokenized text, keeping every shape as generated."""
-    tokenizer = _tokenizer(exported)
+def _use_real_text(
+    exported: ExportedModel, config: OnnxConfig, inputs: dict[str, Any], comp: Component | None = None
+) -> None:
+    """Overwrite token-id inputs with real tokenized text, keeping every shape as generated.
+
+    A pipeline's text encoder reads its own tokenizer's (``text_encoder_3``: the T5 one in ``tokenizer_3/``).
+    """
+    if exported.checkpoint.library == "diffusers" and comp is not None:
+        tokenizer = _pipeline_tokenizer(exported, comp.name)
+    else:
+        tokenizer = _tokenizer(exported)
     if tokenizer is None:
         return
     vocab = getattr(getattr(config, "_normalized_config", None), "vocab_size", None)
@@ -572,6 +581,22 @@ def _tokenizer(exported: ExportedModel) -> PreTrainedTokenizerBase | None:
             cache.tokenizer = None
         cache.tokenizer_loaded = True
     return cache.tokenizer
+
+
+def _pipeline_tokenizer(exported: ExportedModel, component: str) -> PreTrainedTokenizerBase | None:
+    """The tokenizer of a pipeline's text encoder, from its folder beside it; None for other components."""
+    folder = diffusion.tokenizer_folder(component)
+    if folder is None:
+        return None
+    cache = exported.cache.pipeline_tokenizers
+    if folder not in cache:
+        from transformers import AutoTokenizer
+
+        try:
+            cache[folder] = AutoTokenizer.from_pretrained(str(exported.checkpoint.path / folder))
+        except Exception:  # noqa: BLE001 - no usable tokenizer means optimum's random ids
+            cache[folder] = None
+    return cache[folder]
 
 
 def _flatten_inputs(config: OnnxConfig, inputs: dict[str, Any]) -> dict[str, np.ndarray]:

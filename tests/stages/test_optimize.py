@@ -573,6 +573,37 @@ def test_fp16_index_arithmetic_is_the_closed_chain_back_to_integers() -> None:
     assert sorted(fp16_recipe.index_arithmetic(model)) == ["bucket_cast", "c", "div", "log", "pos_cast"]
 
 
+def test_fp16_keeps_sinusoid_angles_of_inputs_in_fp32() -> None:
+    """A timestep embedding's angles (timestep * 1000 * frequencies) stay fp32 up to their Sin/Cos; a sine of a
+    layer's output, and what reads the sines, are converted."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Constant", [], ["k"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [1000.0]), name="c"),
+        helper.make_node("Mul", ["t", "k"], ["scaled"], name="scale"),
+        helper.make_node("Unsqueeze", ["scaled", "axis"], ["column"], name="unsqueeze"),
+        helper.make_node("Mul", ["column", "freqs"], ["angle"], name="angle"),
+        helper.make_node("Sin", ["angle"], ["sin"], name="sin"),
+        helper.make_node("Cos", ["angle"], ["cos"], name="cos"),
+        helper.make_node("Concat", ["sin", "cos"], ["emb"], axis=1, name="concat"),
+        helper.make_node("MatMul", ["emb", "w"], ["hidden"], name="linear"),
+        helper.make_node("Sin", ["hidden"], ["y"], name="snake"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        initializer=[
+            onnx.numpy_helper.from_array(np.array([1], np.int64), "axis"),
+            onnx.numpy_helper.from_array(np.exp(-np.arange(4, dtype=np.float32))[None, :], "freqs"),
+            onnx.numpy_helper.from_array(np.ones((8, 8), np.float32), "w"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert sorted(fp16_recipe.prepare(model)) == ["angle", "c", "cos", "scale", "sin", "unsqueeze"]
+
+
 def test_fp16_clamp_is_ort_s_bit_for_bit() -> None:
     """The fast clamp the converter runs with gives the same float16 bits as ORT's own."""
     from onnxruntime.transformers.float16 import convert_np_to_float16
