@@ -498,14 +498,12 @@ def shape_kwargs(folder: Path, config: OnnxConfig, batch: int, seq: int, audio_s
     return kwargs
 
 
-def _use_real_text(
-    exported: ExportedModel, config: OnnxConfig, inputs: dict[str, Any], comp: Component | None = None
-) -> None:
+def _use_real_text(exported: ExportedModel, config: OnnxConfig, inputs: dict[str, Any], comp: Component) -> None:
     """Overwrite token-id inputs with real tokenized text, keeping every shape as generated.
 
     A pipeline's text encoder reads its own tokenizer's (``text_encoder_3``: the T5 one in ``tokenizer_3/``).
     """
-    if exported.checkpoint.library == "diffusers" and comp is not None:
+    if exported.checkpoint.library == "diffusers":
         tokenizer = _pipeline_tokenizer(exported, comp.name)
     else:
         tokenizer = _tokenizer(exported)
