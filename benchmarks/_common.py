@@ -94,9 +94,7 @@ def wait_for_cold_fork_servers(preloads: tuple[str, ...], limit_s: float = 60.0)
     """Wait until no fork server of these preloads is up: each farm run pays its own warm-up, as a nightly run does.
 
     A server exits LINGER_S after its last caller; it is found by its command line (its
-    ``_serve`` call names the preload), as connecting to it would count as a caller. Not by
-    its socket's address: that hashes the interpreter's path, and ``zoo-convert`` runs
-    ``.venv/bin/python3`` where this script may run ``.venv/bin/python``. Returns the CPU seconds
+    ``_serve`` call names the preload), as connecting to it would count as a caller. Returns the CPU seconds
     (user + sys) of the servers seen, with the jobs they forked and reaped: a server is a
     daemon, nobody's child, so ``RUSAGE_CHILDREN`` of the command that started it never counts it.
     """

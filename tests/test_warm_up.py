@@ -38,3 +38,16 @@ def test_the_plans_exporters_choose_the_fork_servers_preload(exporters: list[str
 def test_the_two_preloads_are_two_servers() -> None:
     """An optimum-only run never connects to (nor starts) the server that warms the torch exporter."""
     assert default_address(WARM_MODULE) != default_address(WARM_TORCH_MODULE)
+
+
+def test_a_venvs_python_and_python3_share_one_fork_server() -> None:
+    """The CLI's shebang runs ``python3``, scripts often ``python``: both must find the one warm server."""
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+    code = "from zoo_convert.isolation import WARM_MODULE, default_address; print(default_address(WARM_MODULE))"
+    names = [n for n in ("python", "python3") if (bin_dir / n).exists()]
+    assert len(names) == 2, f"{bin_dir} lacks python or python3"
+    addresses = {subprocess.run([str(bin_dir / n), "-c", code], capture_output=True, text=True, check=True).stdout for n in names}
+    assert len(addresses) == 1

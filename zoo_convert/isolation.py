@@ -281,10 +281,15 @@ def preload_for(settings: Settings) -> str:
 
 @functools.cache
 def default_address(preload: str) -> str:
-    """The socket of this user's fork server for this interpreter, preload and zoo_convert source."""
+    """The socket of this user's fork server for this environment, interpreter, preload and zoo_convert source.
+
+    The environment is ``sys.prefix`` and the interpreter the file it resolves to: a venv's
+    ``python`` and ``python3`` (the CLI's shebang) are one server, two venvs are two.
+    """
     package = Path(__file__).resolve().parent
     stamp = max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
-    key = "\0".join((sys.executable, str(package), __version__, preload, str(stamp)))
+    interpreter = os.path.realpath(sys.executable)
+    key = "\0".join((sys.prefix, interpreter, str(package), __version__, preload, str(stamp)))
     folder = Path(tempfile.gettempdir(), f"zoo-convert-{os.getuid()}")
     return str(folder / f"fork-{hashlib.sha256(key.encode()).hexdigest()[:16]}.sock")
 
