@@ -10,7 +10,13 @@ side; the torch/optimum ratio per model and the median ratio. The CPU seconds of
 ``zoo-convert run`` (the whole process tree: driver, Ray, fork server, jobs) and the load
 average are printed beside the wall times: the machine may be shared.
 
+``--realsize`` runs real-size checkpoints instead (random weights, the real configurations of
+``_realsize.py``, built once into build/realsize/ckpt as ``bench_realsize.py`` builds them): the
+tiny zoo shows torch.export's fixed cost per graph, real sizes what a nightly run of real
+checkpoints pays.
+
     .venv/bin/python benchmarks/bench_torch_exporter.py [--only bert,gpt2,vit] [--models N] [--repeat 2] [--zoo DIR]
+    .venv/bin/python benchmarks/bench_torch_exporter.py --realsize bert-base,gpt2,t5-small,vit-base --repeat 1
 """
 
 from __future__ import annotations
@@ -42,11 +48,15 @@ def main() -> int:
     add_zoo_options(ap)
     ap.add_argument("--only", default=DEFAULT_ONLY, help="comma-separated zoo model names (ignored with --models)")
     ap.add_argument("--repeat", type=int, default=2, help="farm runs of each exporter; per model the fastest counts")
+    ap.add_argument("--realsize", help="comma-separated real-size checkpoints of _realsize.py instead of zoo models")
     args = ap.parse_args()
     print(machine(), "|", cpu_model(), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-torch-") as tmp:
         work = args.keep or Path(tmp)
-        rows = zoo_job_rows(args, work) if args.models else _named_rows(args, work)
+        if args.realsize:
+            rows = _realsize_rows(args.realsize.split(","))
+        else:
+            rows = zoo_job_rows(args, work) if args.models else _named_rows(args, work)
         rows = [{**r, "variants": ["fp32"]} for r in rows]
         runs: dict[str, list[dict[str, tuple[float, float, str]]]] = {"torch": [], "optimum": []}
         for i in range(args.repeat):
@@ -69,6 +79,19 @@ def _named_rows(args: argparse.Namespace, work: Path) -> list[dict]:
     by_name = {Path(r["source"]).name: r for r in zoo_rows(zoo_dir / "manifest.parquet")}
     rows = [{**by_name[n], "source": str((zoo_dir / by_name[n]["source"]).resolve())} for n in names]
     print(f"{len(rows)} models: {' '.join(names)}", flush=True)
+    return rows
+
+
+def _realsize_rows(names: list[str]) -> list[dict]:
+    """One row per real-size checkpoint, built now unless built already, with the task both tools export."""
+    from _realsize import BY_NAME
+    from bench_realsize import checkpoint
+
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown --realsize {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    rows = [{"source": str(checkpoint(BY_NAME[n])), "task": BY_NAME[n].task} for n in names]
+    print(f"{len(rows)} real-size models: {' '.join(names)}", flush=True)
     return rows
 
 

@@ -164,6 +164,28 @@ def test_exporter_auto_takes_optimum_for_a_pipeline(sd_dir: Path, tmp_path: Path
     assert case.feed["input_ids"].tolist() == [tokenizer(SENTENCES[0])["input_ids"][:7]]
 
 
+def test_a_text_encoder_gets_the_tokenizer_its_pipeline_loads(sd_dir: Path, tmp_path: Path) -> None:
+    """model_index.json names the tokenizer's class: a folder without tokenizer_config.json loads in the pipeline
+    (CLIPTokenizerFast from tokenizer.json) but not in AutoTokenizer; verify still feeds the encoder real text."""
+    import shutil
+
+    from transformers import CLIPTokenizerFast
+
+    from zoo_convert.runtime import SENTENCES, cases
+    from zoo_convert.stages.export import export
+
+    pipeline = tmp_path / "sd"
+    shutil.copytree(sd_dir, pipeline)
+    (pipeline / "tokenizer" / "tokenizer_config.json").unlink()
+    entry = ManifestEntry(source=str(pipeline))
+    settings = Settings(out_dir=str(tmp_path))
+    exported = export(fetch(entry, settings), entry, settings, tmp_path / "out")
+    text = next(c for c in exported.components if c.name == "text_encoder")
+    case = next(iter(cases(exported, text, 1, 7, settings, audio_samples=16000).values()))
+    tokenizer = CLIPTokenizerFast.from_pretrained(pipeline / "tokenizer")
+    assert case.feed["input_ids"].tolist() == [tokenizer(SENTENCES[0])["input_ids"][:7]]
+
+
 def test_hub_files_take_each_component_and_leave_variants_and_single_files() -> None:
     files = (
         "model_index.json", "v1-5-pruned.ckpt", "v1-5-pruned-emaonly.safetensors", "README.md",

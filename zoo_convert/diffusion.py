@@ -33,6 +33,8 @@ from .records import ManifestEntry
 from .sources import read_json, vetted_file
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from .stages import Checkpoint, Component
 
 INDEX = "model_index.json"
@@ -198,8 +200,14 @@ def pipeline_files(path: Path) -> list[Path]:
     return [p for p in found if p is not None]
 
 
-def export(ckpt: Checkpoint, task: str, opset: int | None, out_dir: Path) -> tuple[list[Component], dict[str, Any]]:
-    """optimum's export of every component of the pipeline, in ORTDiffusionPipeline's layout under ``out_dir``."""
+def export(
+    ckpt: Checkpoint, task: str, opset: int | None, out_dir: Path
+) -> tuple[list[Component], dict[str, Any], dict[str, PreTrainedTokenizerBase]]:
+    """optimum's export of every component of the pipeline, in ORTDiffusionPipeline's layout under ``out_dir``.
+
+    Also the tokenizers the pipeline loaded, by folder (``tokenizer_2``): the ones its ``__call__``
+    feeds its text encoders with, so verify tokenizes with them.
+    """
     import torch
     from optimum.exporters.onnx.convert import export_models
     from optimum.exporters.tasks import TasksManager
@@ -258,7 +266,10 @@ def export(ckpt: Checkpoint, task: str, opset: int | None, out_dir: Path) -> tup
         )
         for (name, (module, config)), sub in zip(parts.items(), subpaths)
     ]
-    return comps, {"exporter": "optimum", "pipeline": ckpt.model_type, "components": list(parts)}
+    from transformers import PreTrainedTokenizerBase
+
+    tokenizers = {name: part for name, part in pipeline.components.items() if isinstance(part, PreTrainedTokenizerBase)}
+    return comps, {"exporter": "optimum", "pipeline": ckpt.model_type, "components": list(parts)}, tokenizers
 
 
 @contextlib.contextmanager

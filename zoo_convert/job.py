@@ -88,8 +88,7 @@ class RuntimeCache:
             error is raised (after ``references_done`` there is no second try).
         tokenizer: the checkpoint's tokenizer, None when it has no usable one.
         tokenizer_loaded: whether ``tokenizer`` was looked for yet.
-        pipeline_tokenizers: a diffusers pipeline's tokenizers by folder (``tokenizer_2``), once
-            looked for, None where the folder holds no usable one.
+        pipeline_tokenizers: the tokenizers a diffusers pipeline loaded, by folder (``tokenizer_2``).
         unrepeatable: components whose PyTorch forward gave other outputs the second time on
             the same input (a model that samples), with the outputs that differed.
         torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
@@ -104,7 +103,7 @@ class RuntimeCache:
     failed: dict[CaseKey, Exception] = field(default_factory=dict)
     tokenizer: PreTrainedTokenizerBase | None = None
     tokenizer_loaded: bool = False
-    pipeline_tokenizers: dict[str, PreTrainedTokenizerBase | None] = field(default_factory=dict)
+    pipeline_tokenizers: dict[str, PreTrainedTokenizerBase] = field(default_factory=dict)
     unrepeatable: dict[str, tuple[str, ...]] = field(default_factory=dict)
     torch_alone: TorchAlone | None = None
     generation: Any = None

@@ -582,19 +582,9 @@ def _tokenizer(exported: ExportedModel) -> PreTrainedTokenizerBase | None:
 
 
 def _pipeline_tokenizer(exported: ExportedModel, component: str) -> PreTrainedTokenizerBase | None:
-    """The tokenizer of a pipeline's text encoder, from its folder beside it; None for other components."""
+    """The tokenizer the pipeline feeds a text encoder with (export keeps those it loaded); None for other components."""
     folder = diffusion.tokenizer_folder(component)
-    if folder is None:
-        return None
-    cache = exported.cache.pipeline_tokenizers
-    if folder not in cache:
-        from transformers import AutoTokenizer
-
-        try:
-            cache[folder] = AutoTokenizer.from_pretrained(str(exported.checkpoint.path / folder))
-        except Exception:  # noqa: BLE001 - no usable tokenizer means optimum's random ids
-            cache[folder] = None
-    return cache[folder]
+    return None if folder is None else exported.cache.pipeline_tokenizers.get(folder)
 
 
 def _flatten_inputs(config: OnnxConfig, inputs: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -132,7 +132,7 @@ def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> 
             kind=FailureKind.EXPORT_UNSUPPORTED,
         )
     try:
-        components, details = diffusion.export(ckpt, ckpt.task, entry.opset, out_dir)
+        components, details, tokenizers = diffusion.export(ckpt, ckpt.task, entry.opset, out_dir)
     except ZooConvertError:
         raise
     except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
@@ -142,7 +142,9 @@ def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> 
     weights = _param_bytes(components)
     for comp in components:
         onnx_graph.externalize(comp.path)
-    return _describe(ckpt, out_dir, components, {**details, "task": ckpt.task, "weights_bytes": weights})
+    exported = _describe(ckpt, out_dir, components, {**details, "task": ckpt.task, "weights_bytes": weights})
+    exported.cache.pipeline_tokenizers.update(tokenizers)  # verify's real text for the text encoders
+    return exported
 
 
 def _missing_processor(ckpt: Checkpoint, task: str) -> str:
