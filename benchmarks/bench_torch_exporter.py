@@ -67,7 +67,7 @@ def main() -> int:
                 in_jobs = sum(job for _, job, _ in jobs.values())
                 print(f"{label}: run {wall:.1f} s wall, {cpu:.1f} s CPU (process tree), jobs {in_jobs:.1f} s, "
                       f"load {load:.1f}", flush=True)  # fmt: skip
-    return _report(rows, runs)
+    return _report(rows, runs, "real-size" if args.realsize else "zoo")
 
 
 def _named_rows(args: argparse.Namespace, work: Path) -> list[dict]:
@@ -122,8 +122,8 @@ def _farm_run(label: str, rows: list[dict], work: Path) -> tuple[dict[str, tuple
     return {Path(src).name: (exp or 0.0, job, status) for src, exp, job, status in found}, wall, cpu, os.getloadavg()[0]
 
 
-def _report(rows: list[dict], runs: dict[str, list[dict[str, tuple[float, float, str]]]]) -> int:
-    """Per model the fastest of each side; the ratios; the verdict on the median job ratio."""
+def _report(rows: list[dict], runs: dict[str, list[dict[str, tuple[float, float, str]]]], models: str) -> int:
+    """Per model the fastest of each side; the ratios; the verdict on the median job ratio (the target is the zoo's)."""
     print(f"\n{'model':<22} {'torch export':>12} {'optimum export':>14} {'ratio':>6} {'torch job':>10} "
           f"{'optimum job':>11} {'ratio':>6}  status (torch / optimum)")  # fmt: skip
     export_ratios, job_ratios = [], []
@@ -157,7 +157,7 @@ def _report(rows: list[dict], runs: dict[str, list[dict[str, tuple[float, float,
     return verdict(
         "bench_torch_exporter",
         {f"median job ratio <= {TARGET:g}x": med_job <= TARGET},
-        f"torch/optimum per job {med_job:.1f}x (export {med_export:.1f}x), {machine()}",
+        f"{models} models: torch/optimum per job {med_job:.1f}x (export {med_export:.1f}x), {machine()}",
     )
 
 

@@ -213,6 +213,7 @@ def export(
     from optimum.exporters.tasks import TasksManager
     from optimum.exporters.utils import get_diffusion_models_for_export
     from optimum.utils import DEFAULT_DUMMY_SHAPES
+    from transformers import PreTrainedTokenizerBase
 
     from .runtime import ModuleState
     from .stages import Component
@@ -266,8 +267,6 @@ def export(
         )
         for (name, (module, config)), sub in zip(parts.items(), subpaths)
     ]
-    from transformers import PreTrainedTokenizerBase
-
     tokenizers = {name: part for name, part in pipeline.components.items() if isinstance(part, PreTrainedTokenizerBase)}
     return comps, {"exporter": "optimum", "pipeline": ckpt.model_type, "components": list(parts)}, tokenizers
 
