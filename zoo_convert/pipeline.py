@@ -36,6 +36,7 @@ from .errors import (
     first_line,
     storage_fault,
 )
+from .forked import alone_on_node
 from .isolation import note_claimed
 from .records import (
     FAILED,
@@ -236,15 +237,22 @@ def _cut(text: str) -> str:
 def _benchmarked(
     run: _Run, exported: ExportedModel, artifacts: dict[str, Artifact], settings: Settings
 ) -> list[VariantResult]:
-    """Every verified variant timed together with PyTorch (once); timing never fails a variant."""
+    """Every verified variant and PyTorch (once) timed, with the node to this job alone in a farm; never fails a variant.
+
+    In a farm job the benchmark waits for the node's latency phase (``forked.alone_on_node``):
+    no conversion runs on the node while it is timed. The stage's details keep the wait and the
+    wall-clock window it was timed in.
+    """
     from .stages import benchmark
 
     timed = [artifacts[v.variant] for v in run.variants if v.status in (PASSED, INCONCLUSIVE)]
     if not timed:
         return run.variants
-    with run.stage("benchmark") as details:
+    with alone_on_node() as waited, run.stage("benchmark") as details:
+        started = time.time()
         latencies = benchmark.benchmark(exported, timed, settings)
-        details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy))
+        details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy),
+                       lease_wait_s=round(waited, 4), window=[round(started, 4), round(time.time(), 4)])
     return [_with_latency(v, latencies[v.variant]) if v.variant in latencies else v for v in run.variants]
 
 
