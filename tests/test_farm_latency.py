@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from zoo_convert import zoo
-from zoo_convert.farm import FarmOptions, run_farm
+from zoo_convert.farm.driver import FarmOptions, run_farm
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
