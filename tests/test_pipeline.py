@@ -520,7 +520,7 @@ def test_a_model_too_big_to_hold_is_timed_in_pytorch_before_optimize_and_release
     assert len({(v.torch_p50_ms, v.torch_runs) for v in result.variants}) == 1
     for v in result.variants:
         assert v.torch_p50_ms and v.ort_p50_ms and v.speedup, v.variant
-        assert v.ort_runs == v.torch_runs == FAST["bench_runs"] and v.bench_note is None
+        assert min(v.ort_runs, v.torch_runs) >= FAST["bench_runs"] and v.bench_note is None
 
 
 def _watch_torch(monkeypatch: pytest.MonkeyPatch, seen: dict[str, object], observe: Any) -> None:
