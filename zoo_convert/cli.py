@@ -18,10 +18,10 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 from __future__ import annotations
 
 import atexit
-import math
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -31,8 +31,15 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
-from .hub_budget import Governor, HubLimits
+from .errors import (
+    MachineFaultError,
+    ManifestError,
+    RunLockedError,
+    UsageError,
+    ZooConvertError,
+    printable,
+)
+from .farm.hub_budget import Governor, HubLimits
 from .records import (
     DEFAULT_OPTIMIZATION,
     DEFAULT_VARIANTS,
@@ -188,7 +195,7 @@ _HUB_DOWNLOADS = click.option("--hub-downloads-per-5min", type=click.IntRange(1)
 
 def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.resolvers) -> AbstractContextManager[Governor]:
     """The command's Hub requests paced by one budget while it runs."""
-    from .hub_budget import LocalGovernor, governing
+    from .farm.hub_budget import LocalGovernor, governing
 
     return governing(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
 
@@ -200,7 +207,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(DEFAULT_VARIANTS), show_default=True,
-              help=f"comma-separated, of {','.join(VARIANTS)} (uint8 and q4 are opt-in).")
+              help=f"comma-separated, of {','.join(VARIANTS)} ({' and '.join(v for v in VARIANTS if v not in DEFAULT_VARIANTS)} are opt-in).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
 @click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
               help="let transformers run code shipped with the checkpoint.")
@@ -247,8 +254,8 @@ def convert(
         zoo-convert convert build/demo/zoo/bert --out build/onnx --variants fp32,int8
         zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
+    from .dashboard.report import summary
     from .pipeline import convert_one, quiet_libraries
-    from .report import summary
 
     quiet_libraries()
 
@@ -589,7 +596,7 @@ def run(
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts --retry-failed
     """
-    from .farm import FarmOptions, run_farm
+    from .farm.driver import FarmOptions, run_farm
 
     # Hub settings travel in Settings: workers on other nodes do not see the driver's environment.
     settings = Settings(
