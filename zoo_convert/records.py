@@ -74,6 +74,9 @@ FAILED = "failed"
 UNSUPPORTED = "unsupported"
 NOT_RUN = "not-run"
 TARGET_STATUSES = (PASSED, FAILED, UNSUPPORTED, NOT_RUN)
+# The deployment targets zoo_convert.targets registers (a test keeps the two the same): what a manifest's
+# ``targets`` column and ``--targets`` may name, checked without importing any runtime.
+TARGETS = ("ort-cpu", "openvino", "transformers.js", "ort-cuda", "ort-tensorrt")
 # Verified without a failure against a PyTorch reference that cannot tell a right graph
 # from a wrong one (constant, all zero or non-finite at every verify input): not a pass.
 INCONCLUSIVE = "inconclusive"
