@@ -15,8 +15,8 @@ from onnx import numpy_helper
 from zoo_convert import onnx_graph, zoo
 from zoo_convert.errors import LONG_INPUTS_ONLY, NumericsMismatchError, VerifyError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
-from zoo_convert.runtime import SENTENCES, Branch, cases, feed_for
-from zoo_convert.shapes import AUDIO_SAMPLES_PER_STEP
+from zoo_convert.verify.runtime import SENTENCES, Branch, cases, feed_for
+from zoo_convert.verify.shapes import AUDIO_SAMPLES_PER_STEP
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.benchmark import bench_cases, benchmark
 from zoo_convert.stages.export import export
@@ -202,7 +202,7 @@ def test_verify_leaves_the_global_random_generators_as_it_found_them(zoo_export)
 
     import torch
 
-    from zoo_convert.runtime import RuntimeCache
+    from zoo_convert.verify.runtime import RuntimeCache
 
     fresh = dataclasses.replace(zoo_export("bert"), cache=RuntimeCache())  # inputs generated anew, not memoized
     random.seed(12345)
@@ -295,7 +295,7 @@ def test_an_informative_reference_is_conclusive(zoo_export) -> None:
 def test_a_constant_or_non_finite_reference_is_inconclusive(zoo_export) -> None:
     import dataclasses
 
-    from zoo_convert.runtime import RuntimeCache
+    from zoo_convert.verify.runtime import RuntimeCache
 
     ex = dataclasses.replace(zoo_export("vit"), cache=RuntimeCache())
     verify(ex, fp32(ex), SETTINGS)
