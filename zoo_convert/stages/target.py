@@ -2,7 +2,7 @@
 
 Runs after verify has judged the variants on ONNX Runtime, and never changes that verdict: each
 (variant, target) is its own :class:`~zoo_convert.records.TargetResult`. Each target runs in a
-short-lived forked child (:mod:`zoo_convert.forked`): a runtime that crashes or hangs on a graph
+short-lived forked child (:mod:`zoo_convert.stages.forked`): a runtime that crashes or hangs on a graph
 fails that target's rows, not the job. A variant ONNX Runtime failed is not run elsewhere
 (``not-run``, saying so); the reference the targets read is ``<artifacts>/reference/``
 (:mod:`zoo_convert.targets.reference`), written by verify before optimize.
@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from .. import targets as registry
 from ..errors import first_line
-from ..forked import run_forked, step
+from .forked import run_forked, step
 from ..records import FAILED, NOT_RUN, ManifestEntry, Settings, TargetResult, VariantResult
 from ..targets import reference
 from . import Artifact, ExportedModel

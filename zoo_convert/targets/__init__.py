@@ -113,7 +113,7 @@ def check(target: Target, reference: Reference, variant: str, *, timed: int = TI
 
 def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol: Tolerance) -> OutputCheck:
     """One output of a target's answer against the saved reference; its full shape must be the reference's."""
-    from ..stages.verify import compare
+    from ..verify.compare import compare
 
     name = f"{case.component}/{out.name}"
     if got is None:
