@@ -136,7 +136,7 @@ def status(store: ResultStore) -> RunStatus | None:
         failure_kinds=dict(kinds),
         regressions=regressed[0][0],
         runs=query(store, "SELECT count(*) FROM runs")[1][0][0],
-        targets=[tuple(r) for r in on_targets],  # type: ignore[misc]
+        targets=[tuple(r) for r in on_targets],
     )
 
 

@@ -108,7 +108,7 @@ def check(target: Target, reference: Reference, variant: str, *, timed: int = TI
         status, message = PASSED, None
     return done(TargetResult(target=target.name, variant=variant, status=status, version=version, message=message,
                              latency_ms=latency, providers=loaded.providers, checks=tuple(checks),
-                             **numbers))  # type: ignore[arg-type]  # fmt: skip
+                             **numbers))  # fmt: skip
 
 
 def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol: Tolerance) -> OutputCheck:

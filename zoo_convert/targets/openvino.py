@@ -36,7 +36,8 @@ class OpenVINOLoaded(Loaded):
             raise TargetError(f"the variant has no graph for component {case.component!r}")
         feed: dict[str, np.ndarray] = {}
         for port in model.inputs:
-            name = port.get_any_name()
+            # A port has every name the graph gave its tensor (an fp16 graph's input is also its Cast's input).
+            name = next((n for n in sorted(port.get_names()) if n in case.feed), port.get_any_name())
             if name not in case.feed:
                 raise TargetError(f"{case.component}: graph input {name!r} has no saved value")
             value = case.feed[name]

@@ -63,7 +63,7 @@ class JsLoaded(Loaded):
                 if types is None:
                     specs.append({"inputs": [], "outputs": [o.name for o in case.outputs]})
                     continue
-                inputs = []
+                inputs: list[dict[str, Any]] = []
                 for name, value in cast_feed(case.feed, types, case.component).items():
                     value = np.ascontiguousarray(value)
                     file = work / f"in-{n}-{len(inputs)}.bin"
@@ -89,7 +89,7 @@ class JsLoaded(Loaded):
 
 
 def _read(spec: dict[str, Any]) -> np.ndarray:
-    data = np.fromfile(spec["file"], dtype=_TYPES[spec["type"]] if spec["type"] != "bool" else np.uint8)
+    data: np.ndarray = np.fromfile(spec["file"], dtype=_TYPES[spec["type"]] if spec["type"] != "bool" else np.uint8)
     return data.reshape(spec["dims"]).astype(np.bool_) if spec["type"] == "bool" else data.reshape(spec["dims"])
 
 
