@@ -17,6 +17,7 @@ from ..errors import first_line
 from .forked import run_forked, step
 from ..records import FAILED, NOT_RUN, ManifestEntry, Settings, TargetResult, VariantResult
 from ..targets import reference
+from ..targets.base import Target
 from . import Artifact, ExportedModel
 
 # A target's whole check of one job (every variant) may take this long before it is a failure.
@@ -63,7 +64,7 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
         if not runnable:
             continue
 
-        def run(target: registry.Target = target) -> list[TargetResult]:
+        def run(target: Target = target) -> list[TargetResult]:
             found = []
             for variant in runnable:
                 step(target.name, f"checking {variant}")
