@@ -18,10 +18,10 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 from __future__ import annotations
 
 import atexit
-import math
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -31,7 +31,14 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
+from .errors import (
+    MachineFaultError,
+    ManifestError,
+    RunLockedError,
+    UsageError,
+    ZooConvertError,
+    printable,
+)
 from .farm.hub_budget import Governor, HubLimits
 from .records import (
     DEFAULT_OPTIMIZATION,
@@ -222,7 +229,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(DEFAULT_VARIANTS), show_default=True,
-              help=f"comma-separated, of {','.join(VARIANTS)} (uint8 and q4 are opt-in).")
+              help=f"comma-separated, of {','.join(VARIANTS)} ({' and '.join(v for v in VARIANTS if v not in DEFAULT_VARIANTS)} are opt-in).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
 @click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
               help="let transformers run code shipped with the checkpoint.")
@@ -271,8 +278,8 @@ def convert(
         zoo-convert convert build/demo/zoo/bert --out build/onnx --variants fp32,int8
         zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
-    from .pipeline import convert_one, quiet_libraries
     from .dashboard.report import summary
+    from .pipeline import convert_one, quiet_libraries
 
     quiet_libraries()
 

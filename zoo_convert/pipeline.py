@@ -36,7 +36,6 @@ from .errors import (
     first_line,
     storage_fault,
 )
-from .stages.forked import note_claimed
 from .records import (
     FAILED,
     INCONCLUSIVE,
@@ -49,6 +48,7 @@ from .records import (
     VariantResult,
 )
 from .stages import Artifact, ExportedModel, Latency
+from .stages.forked import note_claimed
 from .versions import toolchain_versions
 
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
@@ -484,7 +484,9 @@ def quiet_libraries() -> None:
 
     disable_progress_bars()  # a download's bars would land between our own lines
     try:
-        from torch.jit._trace import TracerWarning  # torch.jit re-exports it without marking it public
+        from torch.jit._trace import (
+            TracerWarning,  # torch.jit re-exports it without marking it public
+        )
 
         warnings.filterwarnings("ignore", category=TracerWarning)
     except ImportError:

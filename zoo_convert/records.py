@@ -16,25 +16,21 @@ from typing import Any
 from .checks import OutputCheck as OutputCheck
 from .checks import Tolerance as Tolerance
 from .errors import FailureKind
+from .variants import REGISTRY
 
 EXPORTERS = ("optimum", "torch", "auto")
 # torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
 # tests check it stays inside what torch and onnx know.
 MIN_OPSET, MAX_OPSET = 7, 23
-# Every variant the farm can make; a manifest row or --variants asks for some of them.
-VARIANTS = ("fp32", "fp16", "int8", "uint8", "q4")
-# What a job makes when it does not say: uint8 and q4 are opt-in (one more quantization,
-# verification and benchmark each, for runtimes that ask for them by name).
-DEFAULT_VARIANTS = ("fp32", "fp16", "int8")
+# Every variant the farm can make (variants.REGISTRY says what each is); a manifest row or --variants asks for some.
+VARIANTS = tuple(REGISTRY)
+# What a job makes when it does not say; the others are opt-in.
+DEFAULT_VARIANTS = tuple(name for name, spec in REGISTRY.items() if spec.default)
 # transformers.js ``dtype`` -> file name suffix under onnx/ (DEFAULT_DTYPE_SUFFIX_MAPPING in
 # its src/utils/dtypes.js); ``model_quantized.onnx`` is also optimum's ORTQuantizer name.
 JS_SUFFIXES = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8", "uint8": "_uint8", "q4": "_q4"}
-# The dtypes each variant's graph answers to. transformers.js's quantize script writes the same
-# graph for q8 and int8 (QInt8 weights, uint8 dynamic activations) unless the model has a Conv;
-# then q8 gets QUInt8 weights for onnxruntime-web <= 1.20, which had no ConvInteger for int8
-# weights. The onnxruntime-node and -web that transformers.js 4 ships run it, so our int8 is
-# both: written once as ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
-JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint8": ("uint8",), "q4": ("q4",)}
+# The dtypes each variant's graph answers to (VariantSpec.js_dtypes).
+JS_DTYPES = {name: spec.js_dtypes for name, spec in REGISTRY.items()}
 # optimum-cli's --optimize levels the optimize stage makes the fp32 graph at (stages/optimize.py says how
 # each maps to ONNX Runtime's optimizers, as optimum's AutoOptimizationConfig does). optimum's O4 is O3
 # in fp16: here that is the fp16 variant, made from the fp32 graph of whichever level was asked.
@@ -44,8 +40,6 @@ DEFAULT_OPTIMIZATION = "O2"
 # (--batch_size, --sequence_length, ...): Settings.shapes. Audio lengths are samples of audio.
 SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "width", "num_channels",
                  "audio_sequence_length", "feature_size", "nb_max_frames")  # fmt: skip
-# 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
-Q4_MIN_COSINE = 0.95
 
 
 def variant_files(component: str, variant: str) -> tuple[str, ...]:
@@ -182,15 +176,7 @@ class Settings:
     """
 
     out_dir: str = "artifacts"
-    tolerances: dict[str, Tolerance] = field(
-        default_factory=lambda: {
-            "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999),
-            "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999),
-            "int8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
-            "uint8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
-            "q4": Tolerance(max_abs=float("inf"), min_cosine=Q4_MIN_COSINE),
-        }
-    )
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: {n: s.tolerance for n, s in REGISTRY.items()})
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
     verify_long: bool = True
     verify_generation: bool = True

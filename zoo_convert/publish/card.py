@@ -21,6 +21,7 @@ from typing import Any
 
 from ..records import JS_DTYPES, JS_SUFFIXES, PASSED
 from ..sources import is_local
+from ..variants import REGISTRY
 from .candidates import Candidate, VariantRow
 from .hub import DEFAULT_ENDPOINT
 
@@ -113,13 +114,7 @@ def printable(text: object, *, keep_newlines: bool = False) -> str:
 
 
 # What each variant is, for the card's dtype table.
-VARIANT_NOTES = {
-    "fp32": "float32, graph-optimized",
-    "fp16": "float16 weights and compute, float32 inputs and outputs",
-    "int8": "8-bit dynamic quantization: int8 weights per channel, uint8 activations",
-    "uint8": "8-bit dynamic quantization: uint8 weights per channel, uint8 activations",
-    "q4": "4-bit weight-only quantization of the MatMuls (MatMulNBits, blocks of 32)",
-}
+VARIANT_NOTES = {name: spec.note for name, spec in REGISTRY.items()}
 
 
 def model_card(

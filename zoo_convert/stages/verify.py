@@ -40,10 +40,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import (
+    GenerationMismatchError,
+    NumericsMismatchError,
+    VerifyError,
+    is_our_bug,
+)
+from ..records import OutputCheck, Settings, Tolerance
 from ..verify import generation, shapes
 from ..verify.compare import compare, peak
-from ..errors import GenerationMismatchError, NumericsMismatchError, VerifyError, is_our_bug
-from ..records import OutputCheck, Settings, Tolerance
 from ..verify.runtime import Case, cases, feed_for, session_for
 from . import Artifact, Component, ExportedModel, Verified
 
