@@ -47,7 +47,9 @@ from .records import (
     MAX_OPSET,
     MIN_OPSET,
     OPTIMIZATION_LEVELS,
+    PASSED,
     SHAPE_OPTIONS,
+    TARGETS,
     VARIANTS,
     ManifestEntry,
     Settings,
@@ -109,6 +111,26 @@ def _variants(value: str) -> tuple[str, ...]:
     if bad or not names:
         raise click.BadParameter(f"unknown variant(s) {bad or value!r}; choose from {', '.join(VARIANTS)}")
     return names
+
+
+def _targets(value: str | None) -> tuple[str, ...] | None:
+    """``--targets``: comma-separated target names, ``none`` for none; None (not given): every target installed here."""
+    if value is None:
+        return None
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if names == ("none",):
+        return ()
+    bad = [v for v in names if v not in TARGETS]
+    if bad or not names:
+        raise click.BadParameter(f"unknown target(s) {bad or value!r}; choose from {', '.join(TARGETS)} (or none)")
+    return names
+
+
+_TARGETS = click.option(
+    "--targets", "targets", callback=lambda ctx, param, value: _targets(value),
+    help=f"deployment targets each variant is checked on, comma-separated, of {','.join(TARGETS)}; none for none"
+         " [default: every target installed on the node; a manifest row's targets column wins]",
+)  # fmt: skip
 
 
 # Shared by convert and run: the cheap compatibility answer (does it export, does ORT match PyTorch?).
@@ -221,6 +243,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--threads", type=click.IntRange(1),
               help="intra-op threads of PyTorch and ONNX Runtime in verify and the latency measurement"
                    " [default: the CPUs this process may use; a farm job uses 1]")
+@_TARGETS
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
@@ -242,6 +265,7 @@ def convert(
     shapes: dict[str, int],
     atol: float | None,
     threads: int | None,
+    targets: tuple[str, ...] | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
     as_json: bool,
@@ -279,6 +303,7 @@ def convert(
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
         threads=threads or _usable_cpus(),
         shapes=shapes,
+        targets=targets,
     )
     settings = _with_atol(settings, atol)
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
@@ -554,6 +579,7 @@ def publish(
 @_NO_GENERATION
 @_shape_options
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
+@_TARGETS
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 def run(
@@ -579,6 +605,7 @@ def run(
     shapes: dict[str, int],
     atol: float | None,
     name: str | None,
+    targets: tuple[str, ...] | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
 ) -> None:
@@ -611,6 +638,7 @@ def run(
         verify_long=not no_long_shape,
         verify_generation=not no_generation,
         shapes=shapes,
+        targets=targets,
     )
     settings = _with_atol(settings, atol)
     options = FarmOptions(
@@ -626,6 +654,46 @@ def run(
     report = run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
     if report.stopped:
         raise MachineFaultError(report.stopped)
+
+
+@cli.command("verify-target")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True))
+@click.option("--target", "target_names", required=True, callback=lambda ctx, param, value: _targets(value),
+              help=f"comma-separated, of {','.join(TARGETS)}")
+@click.option("--variants", help="comma-separated variants to check [default: every variant the folder has]")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON record per variant and target.")
+def verify_target(folder: str, target_names: tuple[str, ...], variants: str | None, as_json: bool) -> None:
+    """Re-check an artifact folder on deployment targets from its saved reference: no PyTorch, no checkpoint.
+
+    What a user runs after upgrading a runtime. Reads FOLDER/reference/ (written by every conversion)
+    and prints one line per variant and target; exits 1 when any of them did not pass.
+
+    Example:
+
+    \b
+        zoo-convert verify-target build/demo/artifacts/bert/optimum-opset-default-... --target openvino
+        zoo-convert verify-target build/onnx/bert/... --target ort-cpu,transformers.js --variants fp32,int8
+    """
+    import dataclasses
+    import json
+
+    from . import targets as registry
+
+    chosen = _variants(variants) if variants else None
+    try:
+        rows = [r for name in target_names for r in registry.check_folder(Path(folder), name, chosen)]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    for r in rows:
+        if as_json:
+            click.echo(json.dumps({k: v for k, v in dataclasses.asdict(r).items() if k != "checks"}, default=str))
+            continue
+        numbers = (f"max abs {r.max_abs:.3g}, cosine {r.min_cosine:.6f}" if r.max_abs is not None and r.min_cosine is not None
+                   else "")  # fmt: skip
+        latency = f", {r.latency_ms:.3g} ms" if r.latency_ms is not None else ""
+        click.echo(f"{r.target:<16} {r.version or '-':<10} {r.variant:<6} {r.status:<12} {numbers}{latency}"
+                   f"{'  ' + r.message if r.message else ''}")  # fmt: skip
+    sys.exit(0 if rows and all(r.status == PASSED for r in rows) else 1)
 
 
 @cli.group()

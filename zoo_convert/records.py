@@ -63,6 +63,14 @@ LATENCY = {"latency": True}
 
 PASSED = "passed"
 FAILED = "failed"
+# A deployment target that could not run a variant: no code for its architecture (unsupported), or not
+# run at all on this node (not-run: the target is not installed, or its device is absent).
+UNSUPPORTED = "unsupported"
+NOT_RUN = "not-run"
+TARGET_STATUSES = (PASSED, FAILED, UNSUPPORTED, NOT_RUN)
+# The deployment targets zoo_convert.targets registers (a test keeps the two the same): what a manifest's
+# ``targets`` column and ``--targets`` may name, checked without importing any runtime.
+TARGETS = ("ort-cpu", "openvino", "transformers.js", "ort-cuda", "ort-tensorrt")
 # Verified without a failure against a PyTorch reference that cannot tell a right graph
 # from a wrong one (constant, all zero or non-finite at every verify input): not a pass.
 INCONCLUSIVE = "inconclusive"
@@ -104,6 +112,8 @@ class ManifestEntry:
         snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
         optimize: the optimization level of this job's fp32 graph (one of OPTIMIZATION_LEVELS);
             None uses ``Settings.optimization``.
+        targets: the deployment targets each variant is checked on (``zoo_convert.targets``);
+            None uses ``Settings.targets``.
     """
 
     source: str
@@ -122,6 +132,7 @@ class ManifestEntry:
     row: int | None = None
     snapshot: HubSnapshot | None = None
     optimize: str | None = None
+    targets: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,9 @@ class Settings:
         warm_torch_exporter: the fork server the jobs fork from also warms the torch exporter (one tiny
             dynamo export at its start: :mod:`zoo_convert.farm.warm_torch`); the farm sets it when its plan
             has a ``torch`` row. It decides no artifact's bytes, only how warm the job's process starts.
+        targets: the deployment targets every variant is checked on from its saved reference
+            (``zoo_convert.targets``: ``ort-cpu``, ``openvino``, ``transformers.js``, ``ort-cuda``,
+            ``ort-tensorrt``); None: every target installed on the node; ``()``: none.
     """
 
     out_dir: str = "artifacts"
@@ -183,6 +197,7 @@ class Settings:
     optimization: str = DEFAULT_OPTIMIZATION
     shapes: dict[str, int] = field(default_factory=dict)
     warm_torch_exporter: bool = False
+    targets: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +294,36 @@ class VariantResult:
     generation_note: str | None = None
 
 
+@dataclass(frozen=True)
+class TargetResult:
+    """One variant checked on one deployment target against the saved reference (never the ORT verdict).
+
+    Attributes:
+        target: the target's registered name (``openvino``, ``transformers.js``, ``ort-cuda`` ...).
+        version: the runtime's version (``2026.4.1``); None when it is not installed.
+        variant: the variant checked.
+        status: passed, failed, unsupported (the runtime has no code for the model) or not-run.
+        message: the runtime's own error, the worst check, or why it did not run.
+        max_abs / min_cosine: the worst over every output and case it ran.
+        latency_ms: median of its timed calls of the first case (a short shape, batch 1).
+        providers: what really ran it (ONNX Runtime: the session's providers; OpenVINO: the device).
+        seconds: wall time of the whole check.
+        checks: the cases' output checks.
+    """
+
+    target: str
+    variant: str
+    status: str
+    version: str | None = None
+    message: str | None = None
+    max_abs: float | None = None
+    min_cosine: float | None = None
+    latency_ms: float | None = None
+    providers: str | None = None
+    seconds: float | None = None
+    checks: tuple[OutputCheck, ...] = ()
+
+
 # The latency columns of a variant, in VariantResult's order (results columns of the same names).
 LATENCY_FIELDS = tuple(f.name for f in dataclasses.fields(VariantResult) if f.metadata.get("latency"))
 
@@ -309,6 +354,7 @@ class ConversionResult:
         node: host that ran the job.
         row: manifest row number, when it came from a manifest.
         tags: the entry's tags.
+        targets: each variant on each deployment target (``zoo_convert.targets``), from the saved reference.
     """
 
     source: str
@@ -341,6 +387,7 @@ class ConversionResult:
     node: str | None = None
     row: int | None = None
     tags: tuple[str, ...] = ()
+    targets: tuple[TargetResult, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -380,6 +427,10 @@ class ConversionResult:
             for v in d.get("variants", ())
         )
         d["tags"] = tuple(d.get("tags", ()))
+        d["targets"] = tuple(
+            TargetResult(**{**t, "checks": tuple(OutputCheck(**o) for o in t.get("checks", ()))})
+            for t in d.get("targets", ())
+        )
         return cls(**d)
 
     @classmethod

@@ -74,6 +74,23 @@ def references(exported: ExportedModel, settings: Settings) -> None:
     generation.reference(exported, settings)
 
 
+def save_references(exported: ExportedModel, settings: Settings) -> int:
+    """Save every verify case (feed, PyTorch's outputs, keep-masks) and the tolerances beside the artifacts.
+
+    Written to ``<artifacts>/reference/`` (:mod:`zoo_convert.targets.reference`), so any runtime
+    can be checked against the very reference the farm used, with no PyTorch and no checkpoint.
+    Returns the bytes written. Generation steps are not saved: a target checks single forwards.
+    """
+    from ..targets import reference
+
+    saved = []
+    for comp, case, long in _cases(exported, settings):
+        outputs = {n: case.reference[n] for n in case.outputs if n in case.reference}
+        saved.append((comp.name, case.label, long, case.feed, outputs, case.keep))
+    return reference.save(exported.out_dir, saved, settings.tolerances,
+                          model_type=exported.checkpoint.model_type, task=exported.checkpoint.task)  # fmt: skip
+
+
 def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings: Settings) -> Verified:
     """ONNX Runtime's side for one component of ``artifact``: every output at every verify shape, against PyTorch.
 
