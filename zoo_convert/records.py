@@ -46,6 +46,12 @@ SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "widt
                  "audio_sequence_length", "feature_size", "nb_max_frames")  # fmt: skip
 # 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
 Q4_MIN_COSINE = 0.95
+# The relative part of the elementwise bound |onnx - torch| <= max_abs + rtol * |torch| (docs/verification.md:
+# how it was chosen). fp32: the seed recipe's and ONNX's backend tests' 1e-3, ~500x the fp32 rounding a
+# conv net with logits in the thousands shows (2e-6), 7e5x below what the zoo's long-shape divergences need.
+# fp16: twice what fp16 rounding needs on such logits (9e-3, at elements that cancel); int8 and q4 have no bound.
+FP32_RTOL = 1e-3
+FP16_RTOL = 2e-2
 
 
 def variant_files(component: str, variant: str) -> tuple[str, ...]:
@@ -170,8 +176,8 @@ class Settings:
     out_dir: str = "artifacts"
     tolerances: dict[str, Tolerance] = field(
         default_factory=lambda: {
-            "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999),
-            "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999),
+            "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999, rtol=FP32_RTOL),
+            "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999, rtol=FP16_RTOL),
             "int8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
             "uint8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
             "q4": Tolerance(max_abs=float("inf"), min_cosine=Q4_MIN_COSINE),
