@@ -207,9 +207,9 @@ def install(tr: Tracer) -> None:
                                         "_to_fp16", "_verified", "_census"],
         "zoo_convert.stages.verify": ["references", "check", "judge", "_run_ort"],
         "zoo_convert.stages.benchmark": ["benchmark", "_interleaved", "_torch_side", "_ort_side"],
-        "zoo_convert.runtime": ["ort_session", "session_for", "cases", "_make_case", "graph_inputs", "_tokenizer"],
+        "zoo_convert.verify.runtime": ["ort_session", "session_for", "cases", "_make_case", "graph_inputs", "_tokenizer"],
         "zoo_convert.onnx_graph": ["load", "externalize", "internalize", "save", "move", "link"],
-        "zoo_convert.forked": ["run_forked"],
+        "zoo_convert.stages.forked": ["run_forked"],
     }  # fmt: skip
     # Imported before any wrapping, so their ``from onnx import ...`` bindings are replaced too.
     modules, missing = {}, []
@@ -272,7 +272,7 @@ def install(tr: Tracer) -> None:
             _replace_everywhere(fn, tr.wrap(label, fn))
     if missing:
         print(f"not traced (not in this version): {', '.join(missing)}", file=sys.stderr)
-    # Count the forked children (each variant is made in one: zoo_convert.forked); what they
+    # Count the forked children (each variant is made in one: zoo_convert.stages.forked); what they
     # call is not traced, their time shows as the parent's wait in run_forked.
     forks = tr.rows.setdefault("os.fork (forked.run_forked children)", Row())
     real_fork = os.fork

@@ -1,6 +1,6 @@
 """Where a torch-exporter export's time goes in a warm process: each dynamo export of a sequence, split in phases.
 
-The process first warms itself as the fork server does (``zoo_convert._warm``: imports, one
+The process first warms itself as the fork server does (``zoo_convert.farm.warm``: imports, one
 tiny optimum conversion); ``--warm-dynamo`` adds one dynamo export of a tiny module first, as a
 fork server that warms the torch exporter would. Then each zoo model's export stage runs with
 ``--exporter torch`` in turn, and per export the wall and CPU seconds of torch.onnx's phases:
@@ -38,7 +38,7 @@ PHASES = (
     ("onnxscript._framework_apis.torch_2_11", "convert_version", "opset conversion"),
     ("torch.onnx._internal.exporter._onnx_program", "ONNXProgram.optimize", "onnxscript optimize"),
     ("torch.onnx._internal.exporter._onnx_program", "ONNXProgram.save", "save"),
-    ("zoo_convert.torch_onnx", "name_dynamic_axes", "axis names"),
+    ("zoo_convert.exporters.torch_onnx", "name_dynamic_axes", "axis names"),
     ("zoo_convert.onnx_graph", "externalize", "externalize"),
     ("zoo_convert.stages.export", "_load_model", "load model"),
     ("zoo_convert.stages.export", "_submodels", "optimum split"),
@@ -101,12 +101,12 @@ def main() -> int:
             build_zoo(zoo_dir, names)
         rows = {Path(r["source"]).name: r for r in zoo_rows(zoo_dir / "manifest.parquet")}
         w0, c0 = time.perf_counter(), _cpu()
-        import zoo_convert._warm  # noqa: F401 - the fork server's warm-up
+        import zoo_convert.farm.warm  # noqa: F401 - the fork server's warm-up
 
         print(f"fork-server warm-up: {time.perf_counter() - w0:.1f} s wall, {_cpu() - c0:.1f} s CPU", flush=True)
         install()
         if args.warm_dynamo:
-            from zoo_convert import _warm
+            from zoo_convert.farm import warm as _warm
 
             w0, c0 = time.perf_counter(), _cpu()
             _warm.convert_tiny_bert("torch")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import machine, rss_bytes, verdict
 
-from zoo_convert.farm import FarmOptions, FarmReport, Progress, run_farm
+from zoo_convert.farm.driver import FarmOptions, FarmReport, Progress, run_farm
 from zoo_convert.manifest import MAX_OPSET, MIN_OPSET, write_manifest
 from zoo_convert.records import ConversionResult, Settings
 

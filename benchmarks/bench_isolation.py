@@ -1,6 +1,6 @@
 """Isolation overhead per job: the same conversion in-process vs in a warm fork-server child; target <= 150 ms.
 
-Both sides start warm: this process imports ``zoo_convert._warm`` (the same
+Both sides start warm: this process imports ``zoo_convert.farm.warm`` (the same
 imports and tiny conversion, single-threaded, the fork server preloads) and the
 fork server is started and warmed before the clock runs. Then the zoo's bert
 (fill-mask, fp32) is converted ``--reps`` times on each side, interleaved, each
@@ -42,8 +42,8 @@ def main() -> int:
 def measure(tmp: Path, model: Path, task: str, reps: int) -> int:
     """The interleaved measurement proper."""
     t0 = time.perf_counter()
-    import zoo_convert._warm  # noqa: F401 - warms this process exactly as the fork server warms itself
-    from zoo_convert.isolation import fork_server, run_isolated
+    import zoo_convert.farm.warm  # noqa: F401 - warms this process exactly as the fork server warms itself
+    from zoo_convert.farm.isolation import fork_server, run_isolated
     from zoo_convert.pipeline import convert_one
     from zoo_convert.records import ManifestEntry, Settings
 

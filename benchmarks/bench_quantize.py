@@ -5,7 +5,7 @@ the checkpoint ``bench_realsize.py`` builds, cached in ``build/realsize/ckpt``).
 exported plain (``optimum-cli export onnx``, no optimization: the graph every side
 quantizes, cached in ``build/quantize``), then quantized by:
 
-* ``ours <recipe>``: ``zoo_convert.quantize.quantize`` with a recipe of :data:`RECIPES`
+* ``ours <recipe>``: ``zoo_convert.variants.quantize.quantize`` with a recipe of :data:`RECIPES`
   (which MatMuls and Gathers stay float, int8 or uint8 weights, per channel or not);
 * ``ort``: ``onnxruntime.quantization.quantize_dynamic`` with the chosen recipe's settings
   and exclusions (the same graph, ORT's time and memory);
@@ -57,7 +57,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 def exclusions(graph: Path, groups: list[str]) -> list[str]:
     """The node names of the named groups: ``default`` (default_exclude), ``gelu`` (post-GELU MatMuls), ``embeddings``."""
-    from zoo_convert import quantize
+    from zoo_convert.variants import quantize
 
     model = quantize.load_lazily(graph)
     found = {
@@ -74,7 +74,7 @@ def child(argv: list[str]) -> int:
     exclude = exclusions(src, recipe["exclude"])
     external = True  # as the farm writes bert-size graphs: ORT reads the weights from a data file either way
     if how == "ours":
-        from zoo_convert.quantize import quantize
+        from zoo_convert.variants.quantize import quantize
 
         quantize(src, dst, weight_type=recipe["weight_type"], per_channel=recipe["per_channel"],
                  exclude=frozenset(exclude), external=external, activations=recipe.get("activations", False))  # fmt: skip

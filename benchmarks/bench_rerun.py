@@ -81,7 +81,7 @@ def main() -> int:
 
         import ray
 
-        from zoo_convert.farm import run_farm
+        from zoo_convert.farm.driver import run_farm
         from zoo_convert.records import Settings
 
         t0 = time.perf_counter()
@@ -109,7 +109,7 @@ _FILL = """
 import sys
 from pathlib import Path
 from _jobs import tiny_result
-from zoo_convert.farm import Progress, run_farm
+from zoo_convert.farm.driver import Progress, run_farm
 from zoo_convert.records import Settings
 manifest, db, out = sys.argv[1:]
 r = run_farm(manifest, db_path=db, settings=Settings(out_dir=str(Path(out).resolve())), job_fn=tiny_result,

@@ -4,7 +4,7 @@ The same zoo rows, fp32, ``--no-benchmark``, through ``zoo-convert run --num-cpu
 fork server, one job at a time), once with every row's exporter ``torch`` and once ``optimum``,
 alternating (torch, optimum, torch, optimum ...) with a fresh DB and no fork server up before
 each run, so each pays its own warm-up as a nightly run does (the torch run's server warms the
-torch exporter too: ``zoo_convert._warm_torch``). From each DB: per job its ``export_s`` and
+torch exporter too: ``zoo_convert.farm.warm_torch``). From each DB: per job its ``export_s`` and
 the whole job (``finished_at - started_at``); per model the fastest of ``--repeat`` runs of each
 side; the torch/optimum ratio per model and the median ratio. The CPU seconds of each
 ``zoo-convert run`` (the whole process tree: driver, Ray, fork server, jobs) and the load
@@ -33,7 +33,7 @@ from pathlib import Path
 import duckdb
 from _common import BIN, add_zoo_options, build_zoo, cpu_model, machine, verdict, wait_for_cold_fork_servers, zoo_job_rows, zoo_rows
 
-from zoo_convert.isolation import WARM_MODULE, WARM_TORCH_MODULE
+from zoo_convert.farm.isolation import WARM_MODULE, WARM_TORCH_MODULE
 from zoo_convert.manifest import write_manifest
 
 TARGET = 2.0

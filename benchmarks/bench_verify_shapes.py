@@ -16,7 +16,7 @@ carry the ``long inputs only`` message.
 
 Target: the long shape at most doubles the zoo's verify time.
 
-``--generation`` measures the generation check instead (``zoo_convert.generation``: 16 greedy
+``--generation`` measures the generation check instead (``zoo_convert.verify.generation``: 16 greedy
 steps on ONNX Runtime's own cache against PyTorch generate()), over the zoo's decoders and
 encoder-decoders exported with past only: ``--no-generation`` against the default, both with
 the long shape, side by side in one run. Target: it adds at most half of their verify time.

@@ -46,7 +46,7 @@ import duckdb
 from _common import BIN, add_zoo_options, machine, verdict, wait_for_cold_fork_servers, zoo_job_rows
 
 from zoo_convert.errors import LONG_INPUTS_ONLY
-from zoo_convert.isolation import WARM_MODULE
+from zoo_convert.farm.isolation import WARM_MODULE
 from zoo_convert.manifest import write_manifest
 
 SEQ_TARGET, X2_TARGET, EFFICIENCY_TARGET = 10.0, 5.0, 0.85

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from zoo_convert.errors import ZooConvertError
-from zoo_convert.isolation import failure_result
+from zoo_convert.farm.isolation import failure_result
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 
 

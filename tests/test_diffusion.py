@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from hubserver import HubServer
-from zoo_convert import diffusion, zoo
+from zoo_convert import zoo
+from zoo_convert.exporters import diffusion
 from zoo_convert.errors import FailureKind, UnsafeCheckpointError
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
@@ -151,7 +152,7 @@ def test_exporter_auto_takes_optimum_for_a_pipeline(sd_dir: Path, tmp_path: Path
     the text encoder real text through the pipeline's tokenizer/ (there is none at the root)."""
     from transformers import AutoTokenizer
 
-    from zoo_convert.runtime import SENTENCES, cases
+    from zoo_convert.verify.runtime import SENTENCES, cases
     from zoo_convert.stages.export import export
 
     entry = ManifestEntry(source=str(sd_dir), exporter="auto")
@@ -171,7 +172,7 @@ def test_a_text_encoder_gets_the_tokenizer_its_pipeline_loads(sd_dir: Path, tmp_
 
     from transformers import CLIPTokenizerFast
 
-    from zoo_convert.runtime import SENTENCES, cases
+    from zoo_convert.verify.runtime import SENTENCES, cases
     from zoo_convert.stages.export import export
 
     pipeline = tmp_path / "sd"

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from zoo_convert import diffusion
+from zoo_convert.exporters import diffusion
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 

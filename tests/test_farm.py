@@ -17,8 +17,8 @@ import pytest
 import ray
 
 from zoo_convert.errors import FailureKind
-from zoo_convert.farm import FarmOptions, run_farm
-from zoo_convert.isolation import failure_result
+from zoo_convert.farm.driver import FarmOptions, run_farm
+from zoo_convert.farm.isolation import failure_result
 from zoo_convert.manifest import write_manifest
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
@@ -155,7 +155,7 @@ def test_an_unsafe_fork_server_folder_stops_the_run_before_any_job(tmp_path: Pat
 _ON_A_CLUSTER = """
 import sys, ray
 from zoo_convert.errors import UnsafeForkServerError
-from zoo_convert.farm import run_farm
+from zoo_convert.farm.driver import run_farm
 from zoo_convert.records import Settings
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
 try:
@@ -249,7 +249,7 @@ def test_a_run_whose_every_job_meets_the_same_machine_fault_stops_and_the_next_r
 ) -> None:
     """5 of 6 jobs were recorded worker_lost after 10 retries, exit 0, and the next run said nothing to do."""
     from zoo_convert.manifest import read_manifest
-    from zoo_convert.plan import make_plan
+    from zoo_convert.farm.plan import make_plan
     from zoo_convert.store.db import ResultStore
 
     for i in range(5):

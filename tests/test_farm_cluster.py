@@ -12,7 +12,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from zoo_convert.farm import FarmOptions, FarmReport, Progress, run_farm
+from zoo_convert.farm.driver import FarmOptions, FarmReport, Progress, run_farm
 from zoo_convert.manifest import write_manifest
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings

@@ -15,7 +15,7 @@ import pytest
 
 from zoo_convert import zoo
 from zoo_convert.manifest import read_manifest
-from zoo_convert.plan import keyed_jobs
+from zoo_convert.farm.plan import keyed_jobs
 from zoo_convert.records import Settings
 
 pytestmark = pytest.mark.slow  # the demo run through Ray, killed and resumed

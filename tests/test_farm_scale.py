@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from zoo_convert.errors import ManifestError, RunLockedError
-from zoo_convert.farm import MAX_LISTED, FarmOptions, Progress, run_farm
+from zoo_convert.farm.driver import MAX_LISTED, FarmOptions, Progress, run_farm
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import Settings
 from zoo_convert.store.lock import run_lock

@@ -24,7 +24,7 @@ import pytest
 
 from zoo_convert import zoo
 from zoo_convert.errors import FailureKind, FetchError, UnsafeCheckpointError, ZooConvertError
-from zoo_convert.isolation import failure_result
+from zoo_convert.farm.isolation import failure_result
 from zoo_convert.manifest import SCHEMA
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.sources import open_regular, read_json, sentence_transformers_files

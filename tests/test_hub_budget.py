@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hubserver import HubServer
-from zoo_convert import hub_budget
-from zoo_convert.hub_budget import Budget, HubLimits, LocalGovernor, bucket_of, retry_after
+from zoo_convert.farm import hub_budget
+from zoo_convert.farm.hub_budget import Budget, HubLimits, LocalGovernor, bucket_of, retry_after
 
 REPO = "zoo/tiny"
 

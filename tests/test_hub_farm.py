@@ -21,9 +21,9 @@ from safetensors.numpy import save_file
 
 from hubjob import fetch_only
 from hubserver import HubServer
-from zoo_convert.farm import FarmOptions, FarmReport, run_farm
-from zoo_convert.hub_budget import HubLimits
-from zoo_convert.isolation import run_isolated
+from zoo_convert.farm.driver import FarmOptions, FarmReport, run_farm
+from zoo_convert.farm.hub_budget import HubLimits
+from zoo_convert.farm.isolation import run_isolated
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import ManifestEntry, Settings
 

@@ -116,7 +116,7 @@ def test_convert_prints_no_download_progress_bars(hub: tuple[HubServer, dict[str
 def test_an_owners_listing_resolves_its_ids_in_fewer_requests_and_gives_up_when_it_does_not_pay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zoo_convert.plan import keyed_jobs
+    from zoo_convert.farm.plan import keyed_jobs
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     folder = tmp_path / "tiny"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from zoo_convert.errors import UnsafeForkServerError
-from zoo_convert.isolation import ForkServer, fork_server, run_isolated
+from zoo_convert.farm.isolation import ForkServer, fork_server, run_isolated
 from zoo_convert.pipeline import StageCallback
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 

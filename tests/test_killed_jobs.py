@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo_convert.isolation import run_isolated
+from zoo_convert.farm.isolation import run_isolated
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 

@@ -10,35 +10,142 @@ from pathlib import Path
 
 import pytest
 
-import zoo_convert.stages
+import zoo_convert
 
-STAGES = Path(zoo_convert.stages.__file__).parent
+PACKAGE = Path(zoo_convert.__file__).parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+# The layers, low to high: a module imports from its own layer or one below, never from above. The unit is
+# the top-level module or folder of the package (``verify`` is zoo_convert/verify/). docs/architecture.md
+# draws the same list; a test holds the two together.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("checks", "versions", "onnx_graph"),
+    ("errors",),
+    ("records", "sources"),
+    ("manifest", "job", "store"),
+    ("exporters", "variants"),
+    ("verify",),
+    ("targets",),
+    ("stages",),
+    ("pipeline", "coverage"),
+    ("farm",),
+    ("publish", "dashboard", "zoo"),
+    ("cli",),
+)
+STAGES = ("fetch", "export", "check", "optimize", "verify", "benchmark")
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, relative imports resolved against ``zoo_convert.stages``."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = ["zoo_convert", "stages"][: 2 - (node.level - 1)] if node.level else []
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            found.add(module)
-            found |= {f"{module}.{alias.name}" for alias in node.names}
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name below ``zoo_convert`` (a folder's ``__init__`` by the folder's)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules one module imports: anywhere in it, TYPE_CHECKING blocks and function bodies included."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    package = [p for p in package if p]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            elif (node.module or "").startswith("zoo_convert"):
+                module = str(node.module).removeprefix("zoo_convert").lstrip(".")
+            else:
+                continue
+            for alias in node.names:  # ``from . import job`` imports a module, ``from .job import Case`` a name
+                sub = f"{module}.{alias.name}" if module else alias.name
+                found.add(sub if sub in modules else module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("zoo_convert").lstrip(".") for a in node.names if a.name.startswith("zoo_convert")}
+    return {m for m in found if m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[0]
+    if not top:
+        return -1  # the package's own __init__ (its version): below everything
+    for i, layer in enumerate(LAYERS):
+        if top in layer:
+            return i
+    raise AssertionError(f"zoo_convert.{module} is in no layer: add its folder to LAYERS and docs/architecture.md")
+
+
+def test_every_module_has_a_layer_and_none_imports_from_above() -> None:
+    graph = _graph()
+    upward = sorted((a, b) for a, targets in graph.items() for b in targets if _layer(b) > _layer(a))
+    assert not upward, f"imports from a layer above: {upward}"
+
+
+def test_no_import_cycle() -> None:
+    """Tarjan's strongly connected components of the import graph: every one a single module without a self-loop."""
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_checker_sees_what_it_checks() -> None:
+    """Known edges are found, TYPE_CHECKING and function-level imports included, so an empty answer means something."""
+    graph = _graph()
+    assert "job" in graph["stages"] and "verify.runtime" in graph["stages.verify"]
+    assert "farm.isolation" in graph["farm.driver"]  # a relative import inside a folder
+    assert {"pipeline", "records"} <= graph["farm.warm"]  # function-level imports
+    assert any(m.startswith("exporters") for m in graph["stages.export"])
+
+
+def test_the_layers_are_the_ones_the_architecture_page_draws() -> None:
+    text = ARCHITECTURE.read_text()
+    block = text.split("<!-- layers -->")[1]
+    drawn = [tuple(line.split("`")[1::2]) for line in block.splitlines() if line.strip().startswith(("1", "2", "3", "4", "5", "6", "7", "8", "9"))]
+    assert tuple(drawn) == LAYERS[::-1], "docs/architecture.md's layer list and LAYERS differ"
+
+
+def test_the_top_level_is_a_dozen_files_and_each_folder_says_what_it_is() -> None:
+    assert len(list(PACKAGE.glob("*.py"))) <= 12
+    for folder in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), f"{folder.name}/__init__.py: no docstring"
+
+
 def test_no_stage_imports_another() -> None:
-    stages = {p.stem for p in STAGES.glob("*.py") if p.stem != "__init__"}
-    assert {"fetch", "export", "check", "optimize", "verify", "benchmark"} <= stages
-    crossings = {
-        (p.stem, other)
-        for p in STAGES.glob("*.py")
-        for other in stages - {p.stem}
-        if f"zoo_convert.stages.{other}" in _imported_modules(p)
-    }
-    assert not crossings, f"stage -> stage imports (move what they share to onnx_graph.py or runtime.py): {crossings}"
+    graph = _graph()
+    crossings = {(a, b) for a in STAGES for b in STAGES if a != b and f"stages.{b}" in graph[f"stages.{a}"]}
+    assert not crossings, f"stage -> stage imports (move what they share below stages/): {crossings}"
 
 
 # Runs in a fresh interpreter (pytest resets warning filters around each test), with the
@@ -72,31 +179,6 @@ def test_running_the_pipeline_changes_no_warning_filter_or_log_level(zoo_dir: Pa
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
     assert report == {"passed": True, "changed": {}}
-
-
-def _package_imports(module: str) -> set[str]:
-    """The zoo_convert modules one top-level module of the package imports, TYPE_CHECKING blocks included."""
-    path = Path(zoo_convert.stages.__file__).parents[1] / f"{module.replace('.', '/')}.py"
-    if not path.exists():
-        path = path.with_suffix("") / "__init__.py"
-    found = set()
-    package = module.split(".")[:-1] if path.name != "__init__.py" else module.split(".")
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[: len(package) - (node.level - 1)]
-            found.add(".".join([*base, *([node.module] if node.module else [])]))
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("zoo_convert"):
-            found.add(str(node.module).removeprefix("zoo_convert.").removeprefix("zoo_convert"))
-    return {m.removeprefix("zoo_convert.") for m in found}
-
-
-@pytest.mark.parametrize(("low", "high"), [("runtime", "stages"), ("errors", "records"), ("job", "stages"),
-                                           ("job", "runtime"), ("checks", "records"), ("checks", "errors")])
-def test_shared_types_sit_below_what_uses_them(low: str, high: str) -> None:
-    """The stage objects (job.py) and the verification numbers (checks.py) are imported, never import back."""
-    assert high not in _package_imports(low), f"{low} imports {high}: a loop"
-    if (low, high) in {("job", "stages"), ("job", "runtime"), ("checks", "records"), ("checks", "errors")}:
-        assert low in _package_imports(high)
 
 
 def test_the_latency_fields_are_defined_once_and_every_layer_follows_them(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from zoo_convert import zoo
 from zoo_convert.errors import FailureKind
 from zoo_convert.manifest import read_manifest, write_manifest
 from zoo_convert.pipeline import convert_one
-from zoo_convert.plan import make_plan
+from zoo_convert.farm.plan import make_plan
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.store.db import ResultStore
 
@@ -76,7 +76,7 @@ def test_an_unusable_out_folder_is_storage_error(models: Path) -> None:
 
 def test_a_run_refuses_an_unusable_out_before_any_job(models: Path, tmp_path: Path) -> None:
     from zoo_convert.errors import OutputDirError
-    from zoo_convert.farm import run_farm
+    from zoo_convert.farm.driver import run_farm
 
     manifest = write_manifest([{"source": str(models / "bert"), "variants": ["fp32"]}], tmp_path / "m.parquet")
     (tmp_path / "a-file").write_text("")
@@ -89,7 +89,7 @@ def test_a_run_refuses_an_unusable_out_before_any_job(models: Path, tmp_path: Pa
 
 def test_lost_workers_are_the_machines_fault_redone_by_the_next_run(tmp_path: Path) -> None:
     """Raylet killed with the DashboardAgent: 5 of 6 jobs recorded worker_lost, and the next run said nothing to do."""
-    from zoo_convert.isolation import failure_result
+    from zoo_convert.farm.isolation import failure_result
 
     kind = FailureKind.WORKER_LOST
     assert kind.transient and not kind.terminal

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo_convert import onnx_graph
-from zoo_convert.runtime import ort_session
+from zoo_convert.verify.runtime import ort_session
 
 
 def _branch(name: str, op: str) -> onnx.GraphProto:

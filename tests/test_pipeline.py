@@ -286,7 +286,7 @@ def test_a_full_or_read_only_disk_is_a_storage_error_not_the_models(
 # (attribute patched, its value, the stage that fails, a function of ours in the traceback)
 OUR_BUGS = [
     ("zoo_convert.stages.export.shape_kwargs", lambda *args: None, "export", "_export_optimum"),
-    ("zoo_convert.shapes.MIN_LONG_TOKENS", None, "verify", "_clamp_sequence"),
+    ("zoo_convert.verify.shapes.MIN_LONG_TOKENS", None, "verify", "_clamp_sequence"),
 ]
 
 
@@ -316,7 +316,7 @@ def test_a_bug_of_ours_is_internal_with_its_traceback(
 def test_a_bug_of_ours_while_making_a_variant_fails_that_variant_as_internal(
     zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("zoo_convert.quantize.BLOCK_BYTES", None)  # None // int in our int8 code
+    monkeypatch.setattr("zoo_convert.variants.quantize.BLOCK_BYTES", None)  # None // int in our int8 code
     entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "int8"))
     result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, **FAST))
     assert result.passed, result.message  # fp32 decides; the broken int8 fails alone
@@ -549,7 +549,7 @@ def _watch_torch(monkeypatch: pytest.MonkeyPatch, seen: dict[str, object], obser
 
 def test_the_benchmark_inputs_cost_no_pytorch_forward(zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Verify's cases carry PyTorch's outputs; the benchmark's shape is generated as inputs only."""
-    import zoo_convert.runtime as runtime
+    import zoo_convert.verify.runtime as runtime
 
     made: list[tuple[int, bool, int]] = []
     real = runtime._make_case

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo_convert.plan import job_key
+from zoo_convert.farm.plan import job_key
 from zoo_convert.records import ManifestEntry, Settings
 
 ENTRY = ManifestEntry(source="org/model")
@@ -42,7 +42,7 @@ def test_each_flag_gives_its_own_key() -> None:
 
 def test_jobs_go_longest_first_by_last_durations_and_unknown_ones_first(tmp_path) -> None:
     from zoo_convert.manifest import read_manifest, write_manifest
-    from zoo_convert.plan import make_plan
+    from zoo_convert.farm.plan import make_plan
 
     names = ("quick", "slow", "new", "urgent", "medium")
     for name in names:
@@ -60,7 +60,7 @@ def test_jobs_go_longest_first_by_last_durations_and_unknown_ones_first(tmp_path
 
 def test_one_unreadable_checkpoint_does_not_stop_the_plan(tmp_path: Path, poison) -> None:
     from zoo_convert.manifest import read_manifest, write_manifest
-    from zoo_convert.plan import make_plan
+    from zoo_convert.farm.plan import make_plan
 
     hows = ("proc-mem", "dangling", "folder")
     for name in ("good", *hows):
@@ -79,7 +79,7 @@ def test_rows_that_are_one_job_are_planned_once(tmp_path: Path) -> None:
     """Two rows resolving to one key (a hub id without a revision and at "main": one commit) were both submitted,
     and the run stopped half-way: "job ... is already recorded in run ..."."""
     from zoo_convert.manifest import read_manifest, write_manifest
-    from zoo_convert.plan import make_plan
+    from zoo_convert.farm.plan import make_plan
 
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')

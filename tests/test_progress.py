@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from zoo_convert.farm import MAX_LISTED, FarmReport, Progress
+from zoo_convert.farm.driver import MAX_LISTED, FarmReport, Progress
 from zoo_convert.records import ConversionResult, StageResult, VariantResult
 
 

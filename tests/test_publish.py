@@ -19,7 +19,7 @@ import pytest
 
 from hubserver import HubServer
 from zoo_convert.cli import cli
-from zoo_convert.farm import FarmOptions, run_farm
+from zoo_convert.farm.driver import FarmOptions, run_farm
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import Settings
 from zoo_convert.publish import (

@@ -15,9 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo_convert import onnx_graph, zoo
-from zoo_convert import quantize as quantize_module
+from zoo_convert.variants import quantize as quantize_module
 from zoo_convert.errors import FailureKind, QuantizeError, is_our_bug
-from zoo_convert.quantize import (
+from zoo_convert.variants.quantize import (
     WeightType,
     default_exclude,
     embedding_gathers,
@@ -236,7 +236,7 @@ _MEASURE = textwrap.dedent(
     import sys
     from pathlib import Path
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from zoo_convert.quantize import quantize
+    from zoo_convert.variants.quantize import quantize
 
     def status(key):
         return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))

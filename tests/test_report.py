@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zoo_convert.records import ConversionResult, VariantResult
-from zoo_convert.report import summary
+from zoo_convert.dashboard.report import summary
 
 
 def test_the_summary_shows_each_latencys_conditions_and_why_one_is_missing() -> None:

@@ -19,7 +19,7 @@ import pytest
 from hubserver import HubServer
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
-from zoo_convert.runtime import SENTENCES
+from zoo_convert.verify.runtime import SENTENCES
 from zoo_convert.sources import sentence_transformers_files
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # sentence-transformers and the real MiniLM

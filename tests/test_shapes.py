@@ -19,7 +19,7 @@ from transformers import (
     T5Config,
 )
 
-from zoo_convert.shapes import (
+from zoo_convert.verify.shapes import (
     MIN_LONG_TOKENS,
     filterbank_frames,
     length_thresholds,

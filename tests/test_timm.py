@@ -36,7 +36,7 @@ def _image_batch(folder: Path) -> np.ndarray:
     import timm.data
     import torch
 
-    from zoo_convert.runtime import sample_images
+    from zoo_convert.verify.runtime import sample_images
 
     cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
     transform = timm.data.create_transform(**timm.data.resolve_data_config(pretrained_cfg=cfg))
@@ -77,7 +77,7 @@ def test_a_timm_folder_converts_and_matches_the_model_timm_loads(
 
 
 def test_verify_feeds_images_preprocessed_by_the_pretrained_cfg(timm_zoo: Path, tmp_path: Path) -> None:
-    from zoo_convert.runtime import cases
+    from zoo_convert.verify.runtime import cases
     from zoo_convert.stages.export import export
     from zoo_convert.stages.fetch import fetch
 
@@ -99,7 +99,7 @@ def _image_batch_like(folder: Path, shape: tuple[int, ...]) -> np.ndarray:
     import timm.data
     import torch
 
-    from zoo_convert.runtime import sample_images
+    from zoo_convert.verify.runtime import sample_images
 
     cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
     transform = timm.data.create_transform(**timm.data.resolve_data_config(pretrained_cfg=cfg))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo_convert import torch_onnx
+from zoo_convert.exporters import torch_onnx
 from zoo_convert.errors import ExportError
 
 

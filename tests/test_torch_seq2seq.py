@@ -9,7 +9,7 @@ import pytest
 
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import ManifestEntry, Settings
-from zoo_convert.runtime import SENTENCES
+from zoo_convert.verify.runtime import SENTENCES
 
 
 @pytest.mark.slow

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from zoo_convert.farm import job_settings
-from zoo_convert.isolation import WARM_MODULE, WARM_TORCH_MODULE, default_address, preload_for
+from zoo_convert.farm.driver import job_settings
+from zoo_convert.farm.isolation import WARM_MODULE, WARM_TORCH_MODULE, default_address, preload_for
 from zoo_convert.manifest import read_manifest, write_manifest
-from zoo_convert.plan import make_plan
+from zoo_convert.farm.plan import make_plan
 from zoo_convert.records import Settings
 
 
@@ -46,7 +46,7 @@ def test_a_venvs_python_and_python3_share_one_fork_server() -> None:
     import sys
 
     bin_dir = Path(sys.executable).parent
-    code = "from zoo_convert.isolation import WARM_MODULE, default_address; print(default_address(WARM_MODULE))"
+    code = "from zoo_convert.farm.isolation import WARM_MODULE, default_address; print(default_address(WARM_MODULE))"
     names = [n for n in ("python", "python3") if (bin_dir / n).exists()]
     assert len(names) == 2, f"{bin_dir} lacks python or python3"
     addresses = {subprocess.run([str(bin_dir / n), "-c", code], capture_output=True, text=True, check=True).stdout for n in names}

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import click
 
 from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
-from .hub_budget import Governor, HubLimits
+from .farm.hub_budget import Governor, HubLimits
 from .records import (
     DEFAULT_OPTIMIZATION,
     DEFAULT_VARIANTS,
@@ -200,7 +200,7 @@ _HUB_DOWNLOADS = click.option("--hub-downloads-per-5min", type=click.IntRange(1)
 
 def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.resolvers) -> AbstractContextManager[Governor]:
     """The command's Hub requests paced by one budget while it runs."""
-    from .hub_budget import LocalGovernor, governing
+    from .farm.hub_budget import LocalGovernor, governing
 
     return governing(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
 
@@ -261,7 +261,7 @@ def convert(
         zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
     from .pipeline import convert_one, quiet_libraries
-    from .report import summary
+    from .dashboard.report import summary
 
     quiet_libraries()
 
@@ -603,7 +603,7 @@ def run(
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts
         zoo-convert run build/demo/zoo/manifest.parquet --db build/demo/results.duckdb --out build/demo/artifacts --retry-failed
     """
-    from .farm import FarmOptions, run_farm
+    from .farm.driver import FarmOptions, run_farm
 
     # Hub settings travel in Settings: workers on other nodes do not see the driver's environment.
     settings = Settings(

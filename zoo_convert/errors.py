@@ -199,11 +199,11 @@ class OptimizeError(ZooConvertError):
 
 
 class QuantizeError(OptimizeError):
-    """A graph ``zoo_convert.quantize`` cannot write: opset too old, output over the protobuf limit, unsafe data path."""
+    """A graph ``zoo_convert.variants.quantize`` cannot write: opset too old, output over the protobuf limit, unsafe data path."""
 
 
 class ForkedError(OptimizeError):
-    """An exception raised in a forked child (:mod:`zoo_convert.forked`), raised again in the job's process.
+    """An exception raised in a forked child (:mod:`zoo_convert.stages.forked`), raised again in the job's process.
 
     Attributes:
         traceback_text: the child's traceback, where the failure happened (the record keeps it).

@@ -5,7 +5,7 @@
     RuntimeCache on ExportedModel.cache: sessions, Cases (inputs and PyTorch outputs) per shape
 
 Below both :mod:`zoo_convert.stages` (which re-exports the stage objects) and
-:mod:`zoo_convert.runtime` (which makes and reads the cases), so neither imports the other
+:mod:`zoo_convert.verify.runtime` (which makes and reads the cases), so neither imports the other
 back. These objects live inside one process (they hold torch modules, optimum configs and
 ONNX Runtime sessions); what survives it is the ``records.ConversionResult``.
 """
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     import onnx
     import torch
 
-    from .generation import Generation
     from onnxruntime import InferenceSession
     from optimum.exporters.onnx import OnnxConfig
     from transformers import PreTrainedTokenizerBase
@@ -38,6 +37,48 @@ class Branch(str, Enum):
     WHOLE = ""
     NO_CACHE = "no-cache"  # the first decoding step: no past yet
     CACHE = "cache"  # every later step: the past of the steps before
+
+
+@dataclass(frozen=True)
+class Generation:
+    """ONNX Runtime's generation against PyTorch's, for one variant.
+
+    Attributes:
+        steps: decoding steps compared (teacher-forced on PyTorch's tokens).
+        checks: the logits check of every step (they are also among the variant's checks).
+        token_match: share of ORT's own greedy tokens identical to PyTorch's, position by position.
+        first_mismatch: the first step whose greedy token differs (None when all agree).
+        tie: PyTorch's two candidates at ``first_mismatch`` are closer than the tolerance.
+        note: why generation was not checked (then nothing else is set).
+    """
+
+    steps: int = 0
+    checks: tuple[OutputCheck, ...] = ()
+    token_match: float | None = None
+    first_mismatch: int | None = None
+    tie: bool = False
+    note: str | None = None
+
+    @property
+    def max_abs(self) -> float | None:
+        return max(c.max_abs for c in self.checks) if self.checks else None
+
+    @property
+    def min_cosine(self) -> float | None:
+        return min(c.cosine for c in self.checks) if self.checks else None
+
+    def summary(self) -> dict[str, Any]:
+        """The record's view of it (a VariantResult's ``generation_*`` fields)."""
+        return {
+            "generation_steps": self.steps or None,
+            "generation_max_abs": self.max_abs,
+            "generation_min_cosine": self.min_cosine,
+            "generation_token_match": self.token_match,
+            "generation_note": self.note or (
+                f"greedy tokens diverged at step {self.first_mismatch} on a near tie: PyTorch's two candidates"
+                " there are closer than the tolerance" if self.tie else None
+            ),
+        }
 
 
 @dataclass
@@ -94,7 +135,7 @@ class RuntimeCache:
         torch_alone: a big model's PyTorch timing, taken before optimize so the torch model is not
             held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
             could not be timed, and the load average around it; None when PyTorch is timed with the variants.
-        generation: PyTorch's greedy generation (:mod:`zoo_convert.generation`), memoized; None before it ran.
+        generation: PyTorch's greedy generation (:mod:`zoo_convert.verify.generation`), memoized; None before it ran.
     """
 
     sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)

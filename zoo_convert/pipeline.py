@@ -36,7 +36,7 @@ from .errors import (
     first_line,
     storage_fault,
 )
-from .isolation import note_claimed
+from .stages.forked import note_claimed
 from .records import (
     FAILED,
     INCONCLUSIVE,

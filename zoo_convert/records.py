@@ -146,9 +146,9 @@ class Settings:
         verify_shapes: (batch, sequence) pairs verification runs at; they differ
             from the exporter's dummy input so the dynamic axes are exercised.
         verify_long: also verify at one long shape per component, batch 1 at the length
-            the model is used at (``zoo_convert.shapes``); False checks the short shapes only.
+            the model is used at (``zoo_convert.verify.shapes``); False checks the short shapes only.
         verify_generation: also run a decoder exported with past for 16 greedy steps on ONNX Runtime's own
-            cache against PyTorch generate() (``zoo_convert.generation``); False checks single forwards only.
+            cache against PyTorch generate() (``zoo_convert.verify.generation``); False checks single forwards only.
         bench_warmup / bench_runs: untimed calls per side first, then rounds of one timed call of
             each side (PyTorch and every variant, interleaved).
         bench_budget_s: seconds of timed calls of the slowest side after which a slow model stops
@@ -169,7 +169,7 @@ class Settings:
             ``--optimize``); a manifest row's ``optimize`` overrides it for its job.
         benchmark: measure latency; False skips the benchmark stage (``--no-benchmark``).
         warm_torch_exporter: the fork server the jobs fork from also warms the torch exporter (one tiny
-            dynamo export at its start: :mod:`zoo_convert._warm_torch`); the farm sets it when its plan
+            dynamo export at its start: :mod:`zoo_convert.farm.warm_torch`); the farm sets it when its plan
             has a ``torch`` row. It decides no artifact's bytes, only how warm the job's process starts.
     """
 

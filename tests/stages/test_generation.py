@@ -1,4 +1,4 @@
-"""Generation, not one forward (zoo_convert/generation.py): ORT's own cache over 16 steps against PyTorch generate()."""
+"""Generation, not one forward (zoo_convert/verify/generation.py): ORT's own cache over 16 steps against PyTorch generate()."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from zoo_convert import generation, zoo
+from zoo_convert import zoo
+from zoo_convert.job import Generation
+from zoo_convert.verify import generation
 from zoo_convert.errors import GenerationMismatchError, NumericsMismatchError
 from zoo_convert.records import OutputCheck, Settings
 from zoo_convert.stages import Artifact, ExportedModel, Verified
@@ -131,7 +133,7 @@ def test_a_decoder_that_forgets_its_past_on_one_token_steps_fails_generation(wit
     assert "/step" in err.value.worst.shape and "/step" in err.value.message
 
 
-def _with_generation(variant: str, gen: generation.Generation) -> Artifact:
+def _with_generation(variant: str, gen: Generation) -> Artifact:
     artifact = Artifact(variant, {})
     artifact.verified["model"] = Verified(gen.checks, 0.0, generation=gen)
     return artifact
@@ -143,7 +145,7 @@ def _steps(n: int = 16) -> tuple[OutputCheck, ...]:
 
 def test_fp32_greedy_tokens_must_be_pytorchs(with_past) -> None:
     ex = with_past("gpt2")
-    diverged = generation.Generation(16, _steps(), token_match=0.75, first_mismatch=12)
+    diverged = Generation(16, _steps(), token_match=0.75, first_mismatch=12)
     with pytest.raises(GenerationMismatchError) as err:
         verify_stage.judge(ex, _with_generation("fp32", diverged), _steps(), SETTINGS)
     assert "diverged from PyTorch generate() at step 12 of 16: 75% of tokens identical" in err.value.message
@@ -152,7 +154,7 @@ def test_fp32_greedy_tokens_must_be_pytorchs(with_past) -> None:
     for variant in ("fp16", "int8", "q4"):
         assert verify_stage.judge(ex, _with_generation(variant, diverged), _steps(), SETTINGS) == _steps()
     # Two PyTorch candidates closer than the tolerance are a tie, not a divergence.
-    tie = generation.Generation(16, _steps(), token_match=0.75, first_mismatch=12, tie=True)
+    tie = Generation(16, _steps(), token_match=0.75, first_mismatch=12, tie=True)
     assert verify_stage.judge(ex, _with_generation("fp32", tie), _steps(), SETTINGS) == _steps()
     assert "diverged at step 12 on a near tie" in tie.summary()["generation_note"]
     assert diverged.summary()["generation_note"] is None

@@ -15,12 +15,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from zoo_convert import fp16 as fp16_recipe
+from zoo_convert.variants import fp16 as fp16_recipe
 from zoo_convert import onnx_graph
 from zoo_convert.errors import OptimizeError
 from zoo_convert.records import Settings
 from zoo_convert.stages import Artifact, Checkpoint, Component, ExportedModel
-from zoo_convert.forked import run_forked, step
+from zoo_convert.stages.forked import run_forked, step
 from zoo_convert.stages.optimize import _verified, optimize
 from zoo_convert.stages.verify import verify
 

@@ -15,8 +15,8 @@ from onnx import numpy_helper
 from zoo_convert import onnx_graph, zoo
 from zoo_convert.errors import LONG_INPUTS_ONLY, NumericsMismatchError, VerifyError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
-from zoo_convert.runtime import SENTENCES, Branch, cases, feed_for
-from zoo_convert.shapes import AUDIO_SAMPLES_PER_STEP
+from zoo_convert.verify.runtime import SENTENCES, Branch, cases, feed_for
+from zoo_convert.verify.shapes import AUDIO_SAMPLES_PER_STEP
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.benchmark import bench_cases, benchmark
 from zoo_convert.stages.export import export
@@ -203,7 +203,7 @@ def test_verify_leaves_the_global_random_generators_as_it_found_them(zoo_export)
 
     import torch
 
-    from zoo_convert.runtime import RuntimeCache
+    from zoo_convert.verify.runtime import RuntimeCache
 
     fresh = dataclasses.replace(zoo_export("bert"), cache=RuntimeCache())  # inputs generated anew, not memoized
     random.seed(12345)
@@ -296,7 +296,7 @@ def test_an_informative_reference_is_conclusive(zoo_export) -> None:
 def test_a_constant_or_non_finite_reference_is_inconclusive(zoo_export) -> None:
     import dataclasses
 
-    from zoo_convert.runtime import RuntimeCache
+    from zoo_convert.verify.runtime import RuntimeCache
 
     ex = dataclasses.replace(zoo_export("vit"), cache=RuntimeCache())
     verify(ex, fp32(ex), SETTINGS)
@@ -392,7 +392,7 @@ def test_the_zoos_long_shape_divergences_stay_failed_under_the_relative_bound(zo
 def test_the_bound_is_elementwise_as_allclose() -> None:
     """|onnx - torch| <= atol + rtol * |torch| per element: a logit of 1000 may be off by 0.5 (fp32 rounding at
     scale), a value of 0.5 may not be off by 0.002, though that is the smaller error and the cosine is 1."""
-    from zoo_convert.stages.verify import compare
+    from zoo_convert.verify.compare import compare
 
     tol = SETTINGS.tolerances["fp32"]
     ref = np.array([[1000.0, 0.5, -300.0]], dtype=np.float32)

@@ -13,10 +13,11 @@ import pytest
 from zoo_convert import zoo
 from zoo_convert.errors import LONG_INPUTS_ONLY, NumericsMismatchError
 from zoo_convert.records import ManifestEntry, Settings, Tolerance
-from zoo_convert.runtime import Branch, RuntimeCache, cases
+from zoo_convert.verify.runtime import Branch, RuntimeCache, cases
 from zoo_convert.stages import Artifact, ExportedModel
 from zoo_convert.stages.export import export
-from zoo_convert.stages.verify import compare, sampling, single_value_rel, verify
+from zoo_convert.stages.verify import sampling, verify
+from zoo_convert.verify.compare import compare, single_value_rel
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,7 +5,7 @@ route) is not retried: :class:`~zoo_convert.errors.HubUnreachableError` names th
 at once. Retries never wait past the client's deadline (the publish's time budget).
 
 Every request also draws from the process's Hub request budget once one is installed
-(:mod:`zoo_convert.hub_budget`, as the CLI does), which paces them, pauses every caller
+(:mod:`zoo_convert.farm.hub_budget`, as the CLI does), which paces them, pauses every caller
 after a 429 and sends a refused read again itself; the retries here cover what it
 cannot send twice (a commit's streamed body) and the Hub's own hiccups.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import HubUnreachableError, PublishError, UsageError
-from ..hub_budget import retry_after
+from ..farm.hub_budget import retry_after
 from ..sources import is_local
 
 if TYPE_CHECKING:

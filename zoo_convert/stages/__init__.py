@@ -10,7 +10,7 @@
     benchmark ExportedModel, [Artifact] -> {variant: Latency} (ORT and PyTorch eager, interleaved)
 
 No stage imports another: what several share lives a layer below, in
-:mod:`zoo_convert.onnx_graph` (graphs on disk), :mod:`zoo_convert.runtime`
+:mod:`zoo_convert.onnx_graph` (graphs on disk), :mod:`zoo_convert.verify.runtime`
 (sessions, inputs, the PyTorch reference) and :mod:`zoo_convert.job`, where these
 objects are defined (re-exported here); what survives the process is the
 ``records.ConversionResult``.

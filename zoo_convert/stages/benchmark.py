@@ -18,7 +18,7 @@ when its spread is above :data:`NOISY_SPREAD` or the load above the machine's
 cores; noisy figures stay in the record but are left out of the dashboard's
 speedup headline, the ``slower`` regressions and the model card.
 
-The inputs are verify's (:func:`zoo_convert.runtime.cases`, memoized, computed by
+The inputs are verify's (:func:`zoo_convert.verify.runtime.cases`, memoized, computed by
 ``verify.references`` before any variant was made): valid shapes for the
 modality, capped by the config's position table. A benchmark never fails a
 verified variant: whatever goes wrong while timing leaves its latency empty with
@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import first_line, is_our_bug
 from ..records import Settings
-from ..runtime import Branch, Case, TorchAlone, as_loaded_forward, cases, feed_for, ort_session, torch_threads
+from ..verify.runtime import Branch, Case, TorchAlone, as_loaded_forward, cases, feed_for, ort_session, torch_threads
 from . import Artifact, Component, ExportedModel, Latency, Timing
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ Two exporters share one shape of result:
   ``onnx/decoder_model_merged.onnx`` for encoder-decoders.
 * ``torch``: ``torch.onnx.export(dynamo=True)`` in optimum's layout: the whole
   model as one ``onnx/model.onnx`` for single-graph models and for decoders with
-  past (:mod:`zoo_convert.torch_decoder`), each graph of optimum's split for
-  encoder-decoders (:mod:`zoo_convert.torch_seq2seq`); a model type
-  optimum has no config for takes the generic path (:mod:`zoo_convert.generic`:
+  past (:mod:`zoo_convert.exporters.torch_decoder`), each graph of optimum's split for
+  encoder-decoders (:mod:`zoo_convert.exporters.torch_seq2seq`); a model type
+  optimum has no config for takes the generic path (:mod:`zoo_convert.exporters.generic`:
   the OnnxConfig is built from the model itself), recorded in the details as
   ``generic`` with the reason.
 * ``auto``: optimum where it has a config for the model type and task, the
@@ -37,10 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import diffusion, generic, loadable, onnx_graph, torch_onnx, torch_seq2seq
+from .. import onnx_graph
+from ..exporters import diffusion, generic, torch_onnx, torch_seq2seq
+from ..verify import loadable
 from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
-from ..runtime import ModuleState, processor_fallback, processor_shapes, shape_kwargs
+from ..job import ModuleState
+from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs
 from ..sources import open_regular, sentence_transformers_files, side_files
 from . import Checkpoint, Component, ExportedModel
 
@@ -124,7 +127,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
 
 
 def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> ExportedModel:
-    """A diffusers pipeline, component by component, in ORTDiffusionPipeline's layout (:mod:`zoo_convert.diffusion`)."""
+    """A diffusers pipeline, component by component, in ORTDiffusionPipeline's layout (:mod:`zoo_convert.exporters.diffusion`)."""
     if entry.exporter not in ("optimum", "auto"):  # auto: optimum has a config for every component
         raise ExportError(
             f"diffusers pipelines are exported with optimum's split into components; exporter {entry.exporter!r} "
@@ -618,7 +621,7 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         )
     ((module, config),) = parts.values()
     if task.endswith("-with-past"):  # a decoder: its cache as flat inputs and outputs
-        from .. import torch_decoder  # imports torch and this package's Component: not at module level
+        from ..exporters import torch_decoder  # imports torch and this package's Component: not at module level
 
         return [torch_decoder.export(module, config, opset, onnx_dir)], details
     return [_torch_onnx(module, config, opset, onnx_dir, {})], details
@@ -636,7 +639,7 @@ def _default_opset(opset: int | None, config: Any) -> int:
 def _export_generic(
     ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path, no_config: str
 ) -> tuple[list[Component], dict[str, Any]]:
-    """The torch exporter on an OnnxConfig built from the model itself (:mod:`zoo_convert.generic`), recorded with why."""
+    """The torch exporter on an OnnxConfig built from the model itself (:mod:`zoo_convert.exporters.generic`), recorded with why."""
     model, report = _load_model(ckpt, task)
     from optimum.utils import DEFAULT_DUMMY_SHAPES
 

@@ -3,7 +3,7 @@
 Per component, in this order (it matters):
 
 1. int8  dynamic quantization of the PLAIN export (a fused graph has no MatMuls left to
-         quantize), streamed one weight at a time by :mod:`zoo_convert.quantize` (ORT's
+         quantize), streamed one weight at a time by :mod:`zoo_convert.variants.quantize` (ORT's
          ``quantize_dynamic`` holds the model about three times): every MatMul, Gemm and Conv
          with a constant float32 weight, int8 per output channel; the embedding lookups and
          Convs whose weight is computed (weight norm: wav2vec2's positional conv) stay float32.
@@ -24,14 +24,14 @@ Per component, in this order (it matters):
          layouts); else the plain export, unchanged. A fused graph is never kept unless it
          ran and matched. With ``Settings.optimize`` off (``--no-optimize``) the plain export.
 3. fp16  the chosen fp32 graph converted with float32 inputs and outputs kept, and
-         integer index arithmetic (T5's position buckets) left in fp32 (:mod:`zoo_convert.fp16`),
+         integer index arithmetic (T5's position buckets) left in fp32 (:mod:`zoo_convert.variants.fp16`),
          typed by ONNX's shape inference on the graph without its weights (no symbolic shape
          inference); where ORT's converter cannot convert it (ORT-optimized If branches: merged
          decoders), or with ``--no-optimize``, the plain export converted the same way.
 4. the fp32 graph replaces ``<component>.onnx``.
 
 Each variant of each component is made in a short-lived forked child
-(:mod:`zoo_convert.forked`) that writes it under its final name in a scratch folder,
+(:mod:`zoo_convert.stages.forked`) that writes it under its final name in a scratch folder,
 opens it in ONNX Runtime (one session) and, when the job's PyTorch references are
 computed (``verify.references``), runs verify's checks on it
 (``Artifact.verified``): its transient copies, its session and any ONNX Runtime
@@ -65,11 +65,12 @@ from typing import Any
 
 import onnx
 
-from .. import fp16, onnx_graph
+from .. import onnx_graph
+from ..variants import fp16
 from ..errors import FailureKind, ForkedError, OptimizeError, VerifyError, first_line, is_our_bug, storage_fault
-from ..forked import run_forked, step
+from .forked import run_forked, step
 from ..records import Settings, variant_files
-from ..runtime import ort_session, session_for
+from ..verify.runtime import ort_session, session_for
 from . import Artifact, Check, Component, ExportedModel, Verified
 
 # HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
@@ -345,14 +346,14 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tuple[Path, dict[str, Any]]:
-    """Dynamic 8-bit quantization of the plain export, streamed one weight at a time (:mod:`zoo_convert.quantize`).
+    """Dynamic 8-bit quantization of the plain export, streamed one weight at a time (:mod:`zoo_convert.variants.quantize`).
 
     Every MatMul with a constant weight, per output channel (all-MiniLM-L6-v2 on real text:
     cosine 0.990 vs optimum's ``--avx512_vnni`` per-tensor 0.921, at its latency); the
     embedding lookups stay float. int8 has signed weights, uint8 unsigned ones; activations
     are uint8 in both (dynamic quantization has no other).
     """
-    from ..quantize import default_exclude, load_lazily, quantize
+    from ..variants.quantize import default_exclude, load_lazily, quantize
 
     done = quantize(
         plain,
@@ -661,10 +662,10 @@ def _save_fp16(source: Path, out: Path, external: bool) -> int:
 
 
 def _to_fp16(source: Path) -> tuple[onnx.ModelProto, int]:
-    """float16 weights and compute, float32 inputs and outputs and index arithmetic kept (see zoo_convert.fp16).
+    """float16 weights and compute, float32 inputs and outputs and index arithmetic kept (see zoo_convert.variants.fp16).
 
     The converter is handed the element types ONNX's shape inference finds on the graph
-    without its weights (:func:`zoo_convert.fp16.prepare`), not ORT's symbolic shape
+    without its weights (:func:`zoo_convert.variants.fp16.prepare`), not ORT's symbolic shape
     inference, which copies the whole model; the converted graph is the same.
     """
     from onnxruntime.transformers.float16 import convert_float_to_float16

@@ -1,14 +1,14 @@
 """Verify stage: ONNX Runtime against PyTorch, per output, at several input shapes.
 
-Inputs and the PyTorch reference come from :mod:`zoo_convert.runtime`, at every
+Inputs and the PyTorch reference come from :mod:`zoo_convert.verify.runtime`, at every
 ``settings.verify_shapes`` (batch, sequence) pair rather than the export's dummy
 shape, so dynamic axes are exercised, and at one long shape: batch 1 at the
-length the model is used at (:mod:`zoo_convert.shapes`), where models that
+length the model is used at (:mod:`zoo_convert.verify.shapes`), where models that
 compute differently past a length threshold show whether the graph kept the
 long path. Decoders run with a populated past (past length = sequence), and a
 merged decoder is checked on both of its branches; a decoder exported with past is also
 run the way it is used, 16 greedy steps on ONNX Runtime's own cache against PyTorch
-generate() (:mod:`zoo_convert.generation`: each step's logits are checks like the others,
+generate() (:mod:`zoo_convert.verify.generation`: each step's logits are checks like the others,
 and fp32's own greedy tokens must be PyTorch's). A variant that misses its
 tolerance raises :class:`NumericsMismatchError`, which carries every check for
 the record; one that missed it at the long shape only says so (``long inputs only``).
@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import generation, shapes
+from ..verify import generation, shapes
+from ..verify.compare import compare, peak
 from ..errors import GenerationMismatchError, NumericsMismatchError, VerifyError, is_our_bug
 from ..records import OutputCheck, Settings, Tolerance
-from ..runtime import Case, cases, feed_for, session_for
+from ..verify.runtime import Case, cases, feed_for, session_for
 from . import Artifact, Component, ExportedModel, Verified
 
 if TYPE_CHECKING:
@@ -103,20 +104,22 @@ def judge(exported: ExportedModel, artifact: Artifact, checks: tuple[OutputCheck
         for name in case.outputs:
             output = _recorded(exported, comp, name)
             if name in case.reference:
-                peaks[output, case.label] = _peak(case.reference[name])
+                peaks[output, case.label] = peak(case.reference[name])
             if long:
                 at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
     failed = [c for c in checks if not c.passed]
     if failed:
-        worst = max(failed, key=lambda c: (np.nan_to_num(c.bound_used, nan=np.inf), np.nan_to_num(c.max_abs, nan=np.inf), -c.cosine))
+        # The worst is the check whose element went furthest past its elementwise bound.
+        worst = max(failed, key=lambda c: (np.nan_to_num(c.bound_used, nan=np.inf), np.nan_to_num(c.max_abs, nan=np.inf),
+                                           -c.cosine))  # fmt: skip
         long_only = None
         if all((c.output, c.shape) in at_long for c in failed):
             long_only = f"{worst.shape} (batch x {at_long[worst.output, worst.shape]})"
         note = ""
-        peak = peaks.get((worst.output, worst.shape), np.inf)
-        if artifact.variant == "fp16" and peak < FP16_SMALLEST_NORMAL:
+        top = peaks.get((worst.output, worst.shape), np.inf)
+        if artifact.variant == "fp16" and top < FP16_SMALLEST_NORMAL:
             note = (
-                f"; PyTorch's {worst.output} peaks at |x| = {peak:.3g}, below"
+                f"; PyTorch's {worst.output} peaks at |x| = {top:.3g}, below"
                 f" float16's smallest normal value {FP16_SMALLEST_NORMAL:.3g}: fp16 cannot carry these outputs"
             )
         raise NumericsMismatchError(worst=worst, tolerance=tol, checks=checks, long_only=long_only, note=note)
@@ -223,81 +226,6 @@ def _cases(
 def _recorded(exported: ExportedModel, comp: Component, name: str) -> str:
     """An output as the record names it: prefixed with its component when there are several."""
     return f"{comp.name}/{name}" if len(exported.components) > 1 else name
-
-
-def _peak(ref: np.ndarray) -> float:
-    finite = np.abs(ref[np.isfinite(ref)]) if ref.dtype.kind == "f" else np.abs(ref)
-    return float(finite.max()) if finite.size else 0.0
-
-
-def compare(
-    output: str, shape: str, ref: np.ndarray, got: np.ndarray, tol: Tolerance, *, keep: np.ndarray | None = None
-) -> OutputCheck:
-    """Error statistics of one ONNX output against its PyTorch reference, judged against ``tol``.
-
-    ``keep``: where the output holds a token the attention mask keeps; the padded positions
-    are not compared. A single value is never judged by cosine alone: the cosine of one
-    number against another is 1 whatever they are (their signs alike), so where the
-    tolerance bounds no absolute error (int8, q4) its relative error is bounded instead,
-    at the error the cosine tolerance allows a vector (:func:`single_value_rel`).
-    """
-    got = np.asarray(got)
-    floating = got.dtype.kind == "f"
-    if ref.shape != got.shape:
-        nan = int(np.isnan(got).sum()) if floating else 0
-        inf = int(np.isinf(got).sum()) if floating else 0
-        mismatch = f"shape {_dims(got.shape)} in ONNX Runtime, {_dims(ref.shape)} in PyTorch"
-        return OutputCheck(output, shape, float("inf"), float("inf"), float("inf"), 0.0, nan, inf, passed=False,
-                           mismatch=mismatch)  # fmt: skip
-    if keep is not None:
-        ref, got = ref[keep], got[keep]
-    nan = int(np.isnan(got).sum()) if floating else 0
-    inf = int(np.isinf(got).sum()) if floating else 0
-    r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
-    finite_r, finite_g = np.isfinite(r), np.isfinite(g)
-    # Non-finite values only count against ORT where PyTorch had a finite value.
-    finite_mismatch = int((finite_r != finite_g).sum())
-    both = finite_r & finite_g
-    r, g = r[both], g[both]
-    diff = np.abs(r - g)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    mean_abs = float(diff.mean()) if diff.size else 0.0
-    max_rel = float((diff / np.maximum(np.abs(r), 1e-6)).max()) if diff.size else 0.0
-    norms = float(np.linalg.norm(r) * np.linalg.norm(g))
-    cosine = float(r @ g / norms) if norms > 0 else (1.0 if max_abs == 0.0 else 0.0)
-    used = bound_used(r, diff, tol)
-    passed = finite_mismatch == 0 and used <= 1.0 and cosine >= tol.min_cosine
-    if ref.size == 1 and diff.size and not np.isfinite(tol.max_abs):
-        passed = passed and max_rel <= single_value_rel(tol)
-    return OutputCheck(output, shape, max_abs, max_rel, mean_abs, cosine, nan, inf, passed=passed, bound_used=used)
-
-
-def bound_used(ref: np.ndarray, diff: np.ndarray, tol: Tolerance) -> float:
-    """The largest share of its elementwise bound any element's difference uses; the check passes at <= 1.
-
-    The bound is ``numpy.allclose``'s, ``tol.max_abs + tol.rtol * |ref|`` per element, so an output's
-    bound follows its own scale: a logit of 25 may differ by 0.025 at fp32's rtol, a value near zero
-    by ``max_abs``. An unbounded tolerance (int8, q4: max_abs inf) uses none of it.
-    """
-    if not diff.size or not np.isfinite(tol.max_abs):
-        return 0.0
-    bound = tol.max_abs + tol.rtol * np.abs(ref)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, np.inf, 0.0))
-    return float(share.max())
-
-
-def single_value_rel(tol: Tolerance) -> float:
-    """The relative error a single value may have: the error orthogonal to a vector that costs it ``tol``'s cosine.
-
-    ``tan(arccos(min_cosine))``: 0.014 at fp32's 0.9999, 0.2 at int8's 0.98, 0.33 at q4's 0.95.
-    """
-    c = min(max(tol.min_cosine, 1e-6), 1.0)
-    return float(np.sqrt(1.0 - c * c) / c)
-
-
-def _dims(shape: tuple[int, ...]) -> str:
-    return "x".join(map(str, shape)) if shape else "scalar"
 
 
 def _run_ort(session: InferenceSession, case: Case, comp: Component) -> dict[str, np.ndarray]:

@@ -384,7 +384,7 @@ ALTER TABLE results ADD COLUMN exporter_reason VARCHAR;
 
 
 # Generation, not one forward (issue 22): a decoder exported with past is run the way it is used,
-# ONNX Runtime's cache step by step against PyTorch generate() (``zoo_convert.generation``). Each
+# ONNX Runtime's cache step by step against PyTorch generate() (``zoo_convert.verify.generation``). Each
 # variant row gets the steps compared, the worst step's logits and the share of ORT's own greedy
 # tokens identical to PyTorch's (NULL for a model that does not generate); ``generation`` is the
 # latest of those per model and variant. The views over ``results.*`` are made again (see

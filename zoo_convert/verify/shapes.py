@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .records import Settings
-from .sources import read_json
+from ..records import Settings
+from ..sources import read_json
 
 if TYPE_CHECKING:
     from optimum.exporters.onnx import OnnxConfig

@@ -34,14 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import VerifyError, first_line, is_our_bug
-from .records import OutputCheck, Settings, Tolerance, variant_files
+from ..errors import VerifyError, first_line, is_our_bug
+from ..job import Artifact, Generation
+from ..records import OutputCheck, Settings, Tolerance, variant_files
+from .compare import compare
 from .runtime import _ORT_FLOAT, SENTENCES, Branch, _tokenizer, cases, session_for, torch_threads
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
 
-    from .stages import Artifact, Component, ExportedModel
+    from ..job import Component, ExportedModel
 
 STEPS = 16
 # The prompt is the first sentence, cut to this many tokens (and to the position table).
@@ -65,48 +67,6 @@ class Reference:
     prompt: np.ndarray
     tokens: np.ndarray
     logits: np.ndarray
-
-
-@dataclass(frozen=True)
-class Generation:
-    """ONNX Runtime's generation against PyTorch's, for one variant.
-
-    Attributes:
-        steps: decoding steps compared (teacher-forced on PyTorch's tokens).
-        checks: the logits check of every step (they are also among the variant's checks).
-        token_match: share of ORT's own greedy tokens identical to PyTorch's, position by position.
-        first_mismatch: the first step whose greedy token differs (None when all agree).
-        tie: PyTorch's two candidates at ``first_mismatch`` are closer than the tolerance.
-        note: why generation was not checked (then nothing else is set).
-    """
-
-    steps: int = 0
-    checks: tuple[OutputCheck, ...] = ()
-    token_match: float | None = None
-    first_mismatch: int | None = None
-    tie: bool = False
-    note: str | None = None
-
-    @property
-    def max_abs(self) -> float | None:
-        return max(c.max_abs for c in self.checks) if self.checks else None
-
-    @property
-    def min_cosine(self) -> float | None:
-        return min(c.cosine for c in self.checks) if self.checks else None
-
-    def summary(self) -> dict[str, Any]:
-        """The record's view of it (a VariantResult's ``generation_*`` fields)."""
-        return {
-            "generation_steps": self.steps or None,
-            "generation_max_abs": self.max_abs,
-            "generation_min_cosine": self.min_cosine,
-            "generation_token_match": self.token_match,
-            "generation_note": self.note or (
-                f"greedy tokens diverged at step {self.first_mismatch} on a near tie: PyTorch's two candidates"
-                " there are closer than the tolerance" if self.tie else None
-            ),
-        }
 
 
 @dataclass
@@ -322,9 +282,7 @@ def check(
         path = artifact.files.get(enc.name) or exported.out_dir / "onnx" / variant_files(enc.name, artifact.variant)[0]
         if not path.exists():
             return Generation(note=f"no {artifact.variant} graph of {enc.name} to encode the prompt with")
-        from .stages import Artifact as _Artifact
-
-        enc_session = session_for(exported, _Artifact(artifact.variant, {enc.name: path}), enc, settings)
+        enc_session = session_for(exported, Artifact(artifact.variant, {enc.name: path}), enc, settings)
         encoder_out = _encoded(enc_session, ref.encoder_feed, comp)
     session = session_for(exported, artifact, comp, settings)
     unknown = [i.name for i in session.get_inputs() if not _fed(i.name)]
@@ -332,7 +290,6 @@ def check(
         return Generation(note=f"{comp.name} has inputs generation does not know how to feed: {unknown}")
     forced = _decode(session, ref, encoder_out, comp, teacher=ref.tokens)
     name = f"{comp.name}/logits" if len(exported.components) > 1 else "logits"
-    from .stages.verify import compare
 
     checks = tuple(
         compare(name, f"{ref.label}/step{i:02d}", ref.logits[i : i + 1], forced[i : i + 1], tol) for i in range(STEPS)

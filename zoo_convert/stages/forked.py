@@ -23,6 +23,7 @@ an exception it raises comes back with its kind, first line and traceback
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
@@ -34,9 +35,30 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
-from .errors import FailureKind, ForkedError, OptimizeError, ZooConvertError, first_line, is_our_bug, storage_fault
+from ..errors import FailureKind, ForkedError, OptimizeError, ZooConvertError, first_line, is_our_bug, storage_fault
+
+
+# In a fork-server child: the file the job notes the artifact folders it claims in (see note_claimed);
+# the fork server sets it (:func:`claim_into`) before the job runs.
+_claims: Path | None = None
+
+
+def note_claimed(folder: Path) -> None:
+    """Say that the running job made ``folder`` for its artifacts: in a fork-server child, the caller removes it if the
+    child dies without a result (killed at its timeout or memory limit, crashed). Elsewhere a no-op."""
+    if _claims is not None:
+        with contextlib.suppress(OSError), open(_claims, "a") as f:  # unsaid, a kill leaves it; the job still runs
+            f.write(f"{folder}\n")
+
+
+def claim_into(path: Path) -> None:
+    """In a fork-server child, before its job runs: the file :func:`note_claimed` appends to."""
+    global _claims
+    _claims = path
+
 
 T = TypeVar("T")
 

@@ -1,10 +1,10 @@
-"""Fork-server preload for runs with torch-exporter rows: :mod:`zoo_convert._warm`, then one tiny BERT through
+"""Fork-server preload for runs with torch-exporter rows: :mod:`zoo_convert.farm.warm`, then one tiny BERT through
 ``--exporter torch``.
 
 The first ``torch.onnx.export(dynamo=True)`` in a process pays torch.export's, torch.onnx's and
 onnxscript's imports and first-call tables (the fake-tensor dispatch cache, the ONNX op
 registry's functions); a forked job inherits them. That costs seconds at the server's start, so the
-farm preloads this module only when its plan has a ``torch`` row (:func:`zoo_convert.isolation.preload_for`);
+farm preloads this module only when its plan has a ``torch`` row (:func:`zoo_convert.farm.isolation.preload_for`);
 an optimum-only run's server never runs it. Like ``_warm``, it never raises.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-from . import _warm
+from . import warm as _warm
 
 try:
     _warm.convert_tiny_bert("torch")

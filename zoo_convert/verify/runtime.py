@@ -45,17 +45,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import diffusion, shapes
-from .errors import VerifyError, is_our_bug
-from .job import Artifact, Component, ExportedModel
-from .job import Branch as Branch
-from .job import Case as Case
-from .job import CaseKey as CaseKey
-from .job import ModuleState as ModuleState
-from .job import RuntimeCache as RuntimeCache
-from .job import SessionKey as SessionKey
-from .job import TorchAlone as TorchAlone
-from .records import Settings
+from ..exporters import diffusion
+from . import shapes
+from ..errors import VerifyError, is_our_bug
+from ..job import Artifact, Component, ExportedModel
+from ..job import Branch as Branch
+from ..job import Case as Case
+from ..job import CaseKey as CaseKey
+from ..job import RuntimeCache as RuntimeCache
+from ..job import SessionKey as SessionKey
+from ..job import TorchAlone as TorchAlone
+from ..records import Settings
 
 if TYPE_CHECKING:
     import onnx
@@ -122,7 +122,7 @@ def cases(
     """Inputs and PyTorch outputs of ``comp`` at one shape, one Case per branch (memoized by the shape as fed).
 
     ``seq`` is capped by the position table; ``audio_samples`` become the frames
-    a filterbank model's extractor makes of them (:mod:`zoo_convert.shapes`).
+    a filterbank model's extractor makes of them (:mod:`zoo_convert.verify.shapes`).
     ``reference=False``: the inputs alone (the benchmark's), with no PyTorch forward and an
     empty ``Case.reference``; a case already computed with its reference serves as well.
     """
@@ -406,7 +406,7 @@ def _length(config: OnnxConfig, inputs: dict[str, Any], kwargs: dict[str, int]) 
 
 def graph_inputs(exported: ExportedModel, comp: Component) -> list[onnx.ValueInfoProto]:
     """Fed inputs of the fp32 graph as exported (all variants share its input names)."""
-    from . import onnx_graph
+    from .. import onnx_graph
 
     return onnx_graph.fed_inputs(comp.graph.graph)
 
@@ -470,7 +470,7 @@ def shape_kwargs(folder: Path, config: OnnxConfig, batch: int, seq: int, audio_s
     """optimum's dummy-generator shape arguments for ``config`` of the checkpoint in ``folder``, at one shape.
 
     Tokens are capped by the position table, or fixed where the config fixes them
-    (:func:`zoo_convert.shapes.fixed_length`); image size and whisper's mel frames
+    (:func:`zoo_convert.verify.shapes.fixed_length`); image size and whisper's mel frames
     come from the checkpoint's processor, else the image size is optimum's default, as
     the export's dummy input has it (the RT-DETR family's generator needs one); a
     filterbank model gets the frames its extractor makes of ``audio_samples``, a

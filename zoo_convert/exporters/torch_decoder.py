@@ -13,7 +13,7 @@ optimum's dummy inputs nest it, and calls the model under optimum's patcher, whi
 the nested past into transformers' ``DynamicCache`` and the returned cache back into
 tuples: the flattening and naming are optimum's own, only the tracer differs. The
 :class:`~zoo_convert.stages.Component` keeps the model as loaded and the OnnxConfig, so
-verify and :mod:`zoo_convert.generation` treat the artifact as they treat optimum's.
+verify and :mod:`zoo_convert.verify.generation` treat the artifact as they treat optimum's.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 from torch.utils import _pytree
 
 from . import torch_onnx
-from .errors import ExportError
-from .runtime import ModuleState
-from .stages import Component
+from ..errors import ExportError
+from ..job import ModuleState
+from ..job import Component
 
 # Dummy sizes all different (and above 1), so the tracer can tell batch, new tokens and past apart
 # instead of merging equal sizes into one symbol or specializing a size of 1.

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import FetchError, ZooConvertError, first_line
-from .sources import read_json
+from ..errors import FetchError, ZooConvertError, first_line
+from ..sources import read_json
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from .job import Checkpoint
+    from ..job import Checkpoint
 
 # A checkpoint with any of these has a tokenizer its users load with AutoTokenizer.
 TOKENIZER_FILES = (

@@ -1,7 +1,7 @@
 """The farm driver: manifest -> plan -> Ray tasks -> one DuckDB row set per job.
 
 The only module that imports ray. The driver reads and validates the manifest,
-keys every job (:mod:`zoo_convert.plan`), drops the keys the results DB already
+keys every job (:mod:`zoo_convert.farm.plan`), drops the keys the results DB already
 answers and, when nothing is left, stops there without starting Ray. Otherwise
 it submits one Ray task per job (highest priority first, a bounded number in
 flight), consumes results as they finish (``ray.wait``) and records each in its
@@ -17,10 +17,10 @@ it would retry an OOM-killed task forever). The driver resubmits jobs whose
 failure is transient (:attr:`FailureKind.transient`: worker or node lost, OOM,
 network errors while fetching) with exponential backoff, up to ``max_attempts``,
 and records how many attempts it took. Inside a task, the job runs in a warm
-forked child (:mod:`zoo_convert.isolation`) so hangs, crashes and OOMs are results.
+forked child (:mod:`zoo_convert.farm.isolation`) so hangs, crashes and OOMs are results.
 
 The Hub rations requests per token, so the driver and every worker draw them from
-one budget (:mod:`zoo_convert.hub_budget`): planning paces its resolutions with a
+one budget (:mod:`zoo_convert.farm.hub_budget`): planning paces its resolutions with a
 local budget, which then moves into a Ray actor when the cluster starts. A task
 downloads its hub checkpoint's files (by the commit planning resolved) under that
 budget before it hands the job to its forked child, which finds them on disk and
@@ -57,7 +57,7 @@ from ray.actor import ActorProxy
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import hub_budget
-from .errors import (
+from ..errors import (
     FailureKind,
     ManifestError,
     OutputDirError,
@@ -68,16 +68,16 @@ from .errors import (
 )
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, preload_for, run_isolated
-from .manifest import Manifest, read_manifest
-from .pipeline import convert_one
+from ..manifest import Manifest, read_manifest
+from ..pipeline import convert_one
 from .plan import InvalidRow, Job, keyed_jobs, make_plan
-from .records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
-from .sources import is_local
-from .stages.fetch import download
-from .store.db import ResultStore
-from .store.lock import run_lock
-from .store.queries import latest_job_statuses, run_label
-from .versions import toolchain_versions
+from ..records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
+from ..sources import is_local
+from ..stages.fetch import download
+from ..store.db import ResultStore
+from ..store.lock import run_lock
+from ..store.queries import latest_job_statuses, run_label
+from ..versions import toolchain_versions
 
 MAX_BACKOFF_S = 60.0
 MAX_LISTED = 20  # failures named at the end of a run; the rest are counted

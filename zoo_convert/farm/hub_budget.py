@@ -15,7 +15,7 @@ of them draw from one :class:`Governor` instead::
 :func:`install` hooks the governor into huggingface_hub (``configure_http_backend``),
 so every request of the process goes through it, ours or the library's. A
 :class:`LocalGovernor` serves the threads of one process; the farm injects one
-backed by a Ray actor (``farm.py``) so the driver and every worker share one
+backed by a Ray actor (``farm/driver.py``) so the driver and every worker share one
 budget. Both keep the same arithmetic, :class:`Budget`: a sliding log of grant
 times per bucket that never lets more than the limit through in any window (so
 it also holds for the Hub's fixed windows, wherever they start), and a pause

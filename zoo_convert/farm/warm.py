@@ -6,7 +6,7 @@ and converts one tiny BERT, so forked jobs start with every lazy import and
 first-call cache already paid. Everything runs single-threaded:
 forking a process whose OpenMP or intra-op pool is running deadlocks the child.
 Nothing here may raise: a failed warm-up only makes jobs slower, so it is
-reported on stderr and swallowed. :mod:`zoo_convert._warm_torch` adds the torch
+reported on stderr and swallowed. :mod:`zoo_convert.farm.warm_torch` adds the torch
 exporter's warm-up, for the runs that use it.
 """
 
@@ -27,7 +27,7 @@ def warm_up() -> float:
     torch.set_num_interop_threads(1)
     import onnxruntime  # noqa: F401
 
-    from .pipeline import quiet_libraries
+    from ..pipeline import quiet_libraries
 
     quiet_libraries()
     convert_tiny_bert("optimum")
@@ -38,8 +38,8 @@ def convert_tiny_bert(exporter: str) -> None:
     """Convert a one-layer BERT built here (fp32, no benchmark) with ``exporter``."""
     import transformers
 
-    from .pipeline import convert_one
-    from .records import ManifestEntry, Settings
+    from ..pipeline import convert_one
+    from ..records import ManifestEntry, Settings
 
     with tempfile.TemporaryDirectory(prefix="zoo-warm-") as tmp:
         config = transformers.BertConfig(

@@ -13,7 +13,7 @@ file list, which the job then receives on its entry), or less: the ids of an
 owner that has several in the manifest are read from the owner's model listing,
 a page of models per request. Every request is bounded by
 ``Settings.hub_timeout_s`` and paced by the process's Hub budget
-(:mod:`zoo_convert.hub_budget`). A hub id whose resolution fails transiently
+(:mod:`zoo_convert.farm.hub_budget`). A hub id whose resolution fails transiently
 (timeout, 5xx, connection error) is not a model's failure: it comes back in
 ``Plan.unresolved`` for the farm to try again during the run.
 """
@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .errors import ManifestError, ZooConvertError
-from .manifest import Manifest, row_key
-from .records import DEFAULT_OPTIMIZATION, HubSnapshot, ManifestEntry, Settings
-from .sources import is_local
-from .stages.fetch import hub_snapshot, list_snapshots, resolve_revision
-from .versions import toolchain_versions
+from ..errors import ManifestError, ZooConvertError
+from ..manifest import Manifest, row_key
+from ..records import DEFAULT_OPTIMIZATION, HubSnapshot, ManifestEntry, Settings
+from ..sources import is_local
+from ..stages.fetch import hub_snapshot, list_snapshots, resolve_revision
+from ..versions import toolchain_versions
 
 GIB = 1024**3
 # Weights are held as torch tensors, ONNX initializers and ORT buffers at once, on top of ~1 GiB of runtime.

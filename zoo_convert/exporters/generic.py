@@ -2,7 +2,7 @@
 
 optimum's OnnxConfig is the farm's one description of a graph: its input and output
 names and dynamic axes, and the dummy generators verify and benchmark draw their inputs
-from (:mod:`zoo_convert.runtime`). For a model type without one, :func:`onnx_config`
+from (:mod:`zoo_convert.verify.runtime`). For a model type without one, :func:`onnx_config`
 builds it from what the model says of itself:
 
 * the inputs: its ``main_input_name`` (``input_ids`` or ``pixel_values``) and, for
@@ -23,8 +23,8 @@ import copy
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from .errors import ExportError, FailureKind
-from .runtime import ModuleState
+from ..errors import ExportError, FailureKind
+from ..job import ModuleState
 
 if TYPE_CHECKING:
     from optimum.exporters.onnx import OnnxConfig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .records import ConversionResult
+from ..records import ConversionResult
 
 
 def summary(result: ConversionResult) -> str:

@@ -3,12 +3,12 @@
 Importing torch, transformers and optimum costs seconds; forking costs tens of
 milliseconds. Every process on a machine that runs jobs (each Ray worker, the
 driver, a test) shares one fork server: a daemon that imports
-:mod:`zoo_convert._warm` (the toolchain, plus one tiny conversion run
+:mod:`zoo_convert.farm.warm` (the toolchain, plus one tiny conversion run
 single-threaded), freezes its heap for the garbage collector, and then forks one
 child per job. A job pays neither the imports nor the first-call costs, and
 whatever the child does (hang, segfault, eat memory) cannot take down the caller.
 A run with ``torch``-exporter rows forks from a server that also warmed the torch exporter
-(:mod:`zoo_convert._warm_torch`, ``Settings.warm_torch_exporter``): a server of its own, so
+(:mod:`zoo_convert.farm.warm_torch`, ``Settings.warm_torch_exporter``): a server of its own, so
 an optimum-only run neither pays that warm-up nor meets it::
 
     caller (Ray worker) --unix socket--> fork server (warm, one per machine) --pipe--> spare child
@@ -80,11 +80,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from . import __version__
-from .errors import FailureKind, UnsafeForkServerError, first_line
-from .forked import die_with_parent
-from .records import FAILED, ConversionResult, ManifestEntry, Settings
-from .versions import toolchain_versions
+from .. import __version__
+from ..errors import FailureKind, UnsafeForkServerError, first_line
+from ..stages.forked import claim_into, die_with_parent
+from ..records import FAILED, ConversionResult, ManifestEntry, Settings
+from ..versions import toolchain_versions
 
 
 class JobFn(Protocol):
@@ -95,9 +95,9 @@ class JobFn(Protocol):
     ) -> ConversionResult: ...
 
 
-WARM_MODULE = "zoo_convert._warm"
+WARM_MODULE = "zoo_convert.farm.warm"
 # The preload of a run with torch-exporter rows: WARM_MODULE, then one tiny dynamo export (a server of its own).
-WARM_TORCH_MODULE = "zoo_convert._warm_torch"
+WARM_TORCH_MODULE = "zoo_convert.farm.warm_torch"
 # How often the caller samples the child's memory; the child's exit is noticed at once.
 POLL_S = 0.05
 # How long the server waits for a caller once the last one has left.
@@ -105,18 +105,6 @@ LINGER_S = 10.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CRASH_SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
                   signal.SIGILL: "illegal instruction", signal.SIGFPE: "floating point exception"}  # fmt: skip
-
-
-# In a fork-server child: the file the job notes the artifact folders it claims in (see note_claimed).
-_claims: Path | None = None
-
-
-def note_claimed(folder: Path) -> None:
-    """Say that the running job made ``folder`` for its artifacts: in a fork-server child, the caller removes it if the
-    child dies without a result (killed at its timeout or memory limit, crashed). Elsewhere a no-op."""
-    if _claims is not None:
-        with contextlib.suppress(OSError), open(_claims, "a") as f:  # unsaid, a kill leaves it; the job still runs
-            f.write(f"{folder}\n")
 
 
 class _ServerLost(Exception):
@@ -311,7 +299,7 @@ def _connect_or_start(address: str, preload: str, linger_s: float) -> socket.soc
             return sock
         Path(address).unlink(missing_ok=True)  # left by a server that was killed
         with open(address + ".log", "w") as log:
-            code = f"from zoo_convert.isolation import _serve; _serve({address!r}, {preload!r}, {linger_s!r})"
+            code = f"from zoo_convert.farm.isolation import _serve; _serve({address!r}, {preload!r}, {linger_s!r})"
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             proc = subprocess.Popen(
                 [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -615,7 +603,7 @@ def _model_type(entry: ManifestEntry) -> str | None:
     Looked at before it is read: this runs for a row that was never valid and for a job that was
     killed, and a config.json that is a FIFO or /dev/zero must not hang the driver.
     """
-    from .stages.fetch import config_model_type  # no torch: fetch imports its libraries lazily
+    from ..stages.fetch import config_model_type  # no torch: fetch imports its libraries lazily
 
     return config_model_type(entry, Settings())
 
@@ -652,8 +640,7 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     os.environ.update(env)
     os.chdir(cwd)
     job_fn, entry, settings, out = pickle.loads(payload)
-    global _claims
-    _claims = Path(out + ".claims")
+    claim_into(Path(out + ".claims"))
     breadcrumb = Path(out + ".stage")
     try:
         result = job_fn(entry, settings, on_stage=breadcrumb.write_text)

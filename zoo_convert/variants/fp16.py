@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import onnx_graph
+from .. import onnx_graph
 
 _INTEGER = frozenset(
     {

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import torch_onnx
-from .errors import ExportError
+from ..errors import ExportError
 
 if TYPE_CHECKING:
     import torch
@@ -141,7 +141,7 @@ def _name_axes(path: Path, inputs: dict[str, dict[int, str]], outputs: dict[str,
     """
     import onnx
 
-    from . import onnx_graph
+    from .. import onnx_graph
 
     torch_onnx.name_dynamic_axes(path, inputs)
     model = onnx_graph.load(path)

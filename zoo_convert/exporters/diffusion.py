@@ -28,14 +28,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
-from .records import ManifestEntry
-from .sources import read_json, vetted_file
+from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError
+from ..records import ManifestEntry
+from ..sources import read_json, vetted_file
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from .stages import Checkpoint, Component
+    from ..job import Checkpoint, Component
 
 INDEX = "model_index.json"
 # Folders of a pipeline that hold no model and are copied as they are (optimum re-saves the same files).
@@ -85,7 +85,7 @@ def components(index: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 def vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
     """The pipeline as a Checkpoint: its class is diffusers', its components need no remote code, its weights are safe."""
-    from . import stages
+    from .. import job
 
     index = read_index(path, entry.source)
     pipeline_class = index["_class_name"]
@@ -106,7 +106,7 @@ def vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
     for folder, (library, _) in parts.items():
         if folder not in COPIED and library in _LIBRARIES:
             _check_weights(path / folder, entry)
-    return stages.Checkpoint(
+    return job.Checkpoint(
         path=path,
         resolved_revision=resolved,
         model_type=pipeline_class,
@@ -215,8 +215,8 @@ def export(
     from optimum.utils import DEFAULT_DUMMY_SHAPES
     from transformers import PreTrainedTokenizerBase
 
-    from .runtime import ModuleState
-    from .stages import Component
+    from ..job import ModuleState
+    from ..job import Component
 
     sources = pipeline_files(ckpt.path)  # before loading: a file linked out of the pipeline is refused first
     with _quiet_loader():
@@ -311,7 +311,7 @@ def use_pipeline_inputs(model_type: str | None, inputs: dict[str, Any], height: 
     identity and leaves it unverified: they become the packed latent grid's (row, column)
     positions, as FluxPipeline makes them for a ``height`` x ``width`` latent; its
     ``txt_ids`` are zeros there too. Timesteps and guidance are drawn from the range
-    the pipeline sends (:data:`_TIMESTEPS`), from the generators :func:`zoo_convert.runtime.seeded` pins.
+    the pipeline sends (:data:`_TIMESTEPS`), from the generators :func:`zoo_convert.verify.runtime.seeded` pins.
     """
     span = _TIMESTEPS.get(model_type or "")
     if span is None:

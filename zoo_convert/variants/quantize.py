@@ -49,8 +49,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from . import onnx_graph
-from .errors import QuantizeError
+from .. import onnx_graph
+from ..errors import QuantizeError
 
 WeightType = Literal["int8", "uint8"]
 # Rows of a weight read at once: about this many bytes of float32.

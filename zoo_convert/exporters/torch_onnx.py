@@ -1,7 +1,7 @@
 """The torch exporter's one call of ``torch.onnx.export(dynamo=True)``, and the axis names every graph it writes gets.
 
 Single graphs (:func:`zoo_convert.stages.export._torch_onnx`), decoders with past
-(:mod:`zoo_convert.torch_decoder`) and each graph of an encoder-decoder (:mod:`zoo_convert.torch_seq2seq`)
+(:mod:`zoo_convert.exporters.torch_decoder`) and each graph of an encoder-decoder (:mod:`zoo_convert.exporters.torch_seq2seq`)
 are exported by :func:`export`: weights inline (the export stage moves them out afterwards), every
 option torch.onnx's own default but the names, the axes and the opset. A failure is an
 :class:`~zoo_convert.errors.ExportError` naming the step that failed (torch.export's trace, or the
@@ -25,8 +25,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import onnx_graph
-from .errors import ExportError
+from .. import onnx_graph
+from ..errors import ExportError
 
 
 def export(
