@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .. import onnx_graph
 from ..exporters import diffusion, generic, torch_onnx, torch_seq2seq
 from ..verify import loadable
-from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
+from ..errors import ExportError, FailureKind, UnsafeCheckpointError, ZooConvertError, first_line, is_our_bug
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..job import ModuleState
 from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs
@@ -110,6 +110,7 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
         if is_our_bug(exc):
             raise
         _read_back(onnx_dir, entry.exporter, exc)  # a graph the exporter wrote cut short, read by its own post-processing
+        _refused_pickle(exc)
         note = _missing_processor(ckpt, task)
         raise ExportError(f"{first_line(exc)}{note}" if note else f"{type(exc).__name__}: {exc}") from exc
     _read_back(onnx_dir, details.get("exporter", entry.exporter))
@@ -543,6 +544,35 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     )
     components = _post_processed(main_config, onnx_dir, models_and_configs, subpaths, as_loaded)
     return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
+
+
+def _refused_pickle(exc: BaseException) -> None:
+    """Raise what a pickle torch's safe loader refused is, when that is behind ``exc``.
+
+    transformers loads ``pytorch_model.bin`` with ``torch.load(weights_only=True)``; when that refuses
+    the payload (a global other than tensors), optimum retries as a TensorFlow checkpoint and the
+    error left is "No module named 'tensorflow'". Nothing of the pickle ran.
+    """
+    import pickle
+    import re
+
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    refused = [c for c in chain if isinstance(c, pickle.UnpicklingError)]
+    if not refused:
+        return
+    named = next((m.group(1) for c in chain if (m := re.search(r"checkpoint file for '[^']*' at '([^']+)'", str(c)))), None)
+    why = first_line(refused[-1]).split(". Please use")[0]  # the innermost: which global it refused
+    raise UnsafeCheckpointError(
+        f"{Path(named).name if named else 'the pickle weights'}: refused as unsafe by torch's weights-only loader"
+        f" ({why}); the pickle holds more than tensors, and loading it in full would run that code. Nothing of it ran;"
+        " allow_pickle does not extend to code: convert a safetensors copy of the weights"
+    ) from exc
 
 
 def _read_back(onnx_dir: Path, exporter: str, cause: BaseException | None = None) -> None:
