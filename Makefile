@@ -16,10 +16,11 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,dev]'
+	$(BIN)/pip install -q -e '.[cpu,openvino,dev]'
 	touch $@
 
-demo: venv
+# The demo checks every variant on ort-cpu, openvino and (where node is) transformers.js: see docs/targets.md.
+demo: venv $(if $(shell command -v node),node-deps)
 	$(BIN)/zoo-convert zoo build $(OUT)/zoo
 	$(BIN)/zoo-convert run $(OUT)/zoo/manifest.parquet --db $(OUT)/results.duckdb --out $(OUT)/artifacts
 	$(BIN)/zoo-convert dashboard --db $(OUT)/results.duckdb --out $(OUT)/site

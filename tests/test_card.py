@@ -113,6 +113,7 @@ def test_the_card_names_the_library_each_repo_is_for(tmp_path: Path) -> None:
     assert "With [Transformers.js]" in plain.text
     # The sentence-transformers modules travel with the repo: it is a sentence-transformers repo.
     (tmp_path / "modules.json").write_text("[]")
+    (tmp_path / "tokenizer.json").write_text("{}")  # what transformers.js's feature-extraction pipeline reads
     st = card(_candidate(library="transformers", artifacts_dir=str(tmp_path)))
     assert st.data.library_name == "sentence-transformers" and "transformers.js" in st.data.tags
     assert "SentenceTransformer(" in st.text

@@ -21,9 +21,10 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("checks", "versions", "onnx_graph"),
     ("errors",),
+    ("variants",),
     ("records", "sources"),
     ("manifest", "job", "store"),
-    ("exporters", "variants"),
+    ("exporters",),
     ("verify",),
     ("targets",),
     ("stages",),

@@ -18,10 +18,10 @@ Exit codes (:data:`EXIT_CODES` maps the library's errors onto them):
 from __future__ import annotations
 
 import atexit
-import math
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -31,7 +31,14 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import MachineFaultError, ManifestError, RunLockedError, UsageError, ZooConvertError, printable
+from .errors import (
+    MachineFaultError,
+    ManifestError,
+    RunLockedError,
+    UsageError,
+    ZooConvertError,
+    printable,
+)
 from .farm.hub_budget import Governor, HubLimits
 from .records import (
     DEFAULT_OPTIMIZATION,
@@ -40,7 +47,9 @@ from .records import (
     MAX_OPSET,
     MIN_OPSET,
     OPTIMIZATION_LEVELS,
+    PASSED,
     SHAPE_OPTIONS,
+    TARGETS,
     VARIANTS,
     ManifestEntry,
     Settings,
@@ -102,6 +111,26 @@ def _variants(value: str) -> tuple[str, ...]:
     if bad or not names:
         raise click.BadParameter(f"unknown variant(s) {bad or value!r}; choose from {', '.join(VARIANTS)}")
     return names
+
+
+def _targets(value: str | None) -> tuple[str, ...] | None:
+    """``--targets``: comma-separated target names, ``none`` for none; None (not given): every target installed here."""
+    if value is None:
+        return None
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if names == ("none",):
+        return ()
+    bad = [v for v in names if v not in TARGETS]
+    if bad or not names:
+        raise click.BadParameter(f"unknown target(s) {bad or value!r}; choose from {', '.join(TARGETS)} (or none)")
+    return names
+
+
+_TARGETS = click.option(
+    "--targets", "targets", callback=lambda ctx, param, value: _targets(value),
+    help=f"deployment targets each variant is checked on, comma-separated, of {','.join(TARGETS)}; none for none"
+         " [default: every target installed on the node; a manifest row's targets column wins]",
+)  # fmt: skip
 
 
 # Shared by convert and run: the cheap compatibility answer (does it export, does ORT match PyTorch?).
@@ -212,7 +241,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
 @click.option("--variants", default=",".join(DEFAULT_VARIANTS), show_default=True,
-              help=f"comma-separated, of {','.join(VARIANTS)} (uint8 and q4 are opt-in).")
+              help=f"comma-separated, of {','.join(VARIANTS)} ({' and '.join(v for v in VARIANTS if v not in DEFAULT_VARIANTS)} are opt-in).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="artifact folder")
 @click.option("--allow-remote-code", "--trust-remote-code", "allow_remote_code", is_flag=True,
               help="let transformers run code shipped with the checkpoint.")
@@ -226,6 +255,7 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 @click.option("--threads", type=click.IntRange(1),
               help="intra-op threads of PyTorch and ONNX Runtime in verify and the latency measurement"
                    " [default: the CPUs this process may use; a farm job uses 1]")
+@_TARGETS
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 @click.option("--json", "as_json", is_flag=True, help="print the result record as JSON.")
@@ -248,6 +278,7 @@ def convert(
     atol: float | None,
     rtol: float | None,
     threads: int | None,
+    targets: tuple[str, ...] | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
     as_json: bool,
@@ -260,8 +291,8 @@ def convert(
         zoo-convert convert build/demo/zoo/bert --out build/onnx --variants fp32,int8
         zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
-    from .pipeline import convert_one, quiet_libraries
     from .dashboard.report import summary
+    from .pipeline import convert_one, quiet_libraries
 
     quiet_libraries()
 
@@ -285,6 +316,7 @@ def convert(
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
         threads=threads or _usable_cpus(),
         shapes=shapes,
+        targets=targets,
     )
     settings = _with_atol(settings, atol, rtol)
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
@@ -560,6 +592,7 @@ def publish(
 @_NO_GENERATION
 @_shape_options
 @click.option("--name", help="a unique name for this run, usable wherever a run id is (db regressions --since NAME)")
+@_TARGETS
 @_HUB_REQUESTS
 @_HUB_DOWNLOADS
 def run(
@@ -586,6 +619,7 @@ def run(
     atol: float | None,
     rtol: float | None,
     name: str | None,
+    targets: tuple[str, ...] | None,
     hub_requests_per_5min: int,
     hub_downloads_per_5min: int,
 ) -> None:
@@ -618,6 +652,7 @@ def run(
         verify_long=not no_long_shape,
         verify_generation=not no_generation,
         shapes=shapes,
+        targets=targets,
     )
     settings = _with_atol(settings, atol, rtol)
     options = FarmOptions(
@@ -633,6 +668,46 @@ def run(
     report = run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
     if report.stopped:
         raise MachineFaultError(report.stopped)
+
+
+@cli.command("verify-target")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True))
+@click.option("--target", "target_names", required=True, callback=lambda ctx, param, value: _targets(value),
+              help=f"comma-separated, of {','.join(TARGETS)}")
+@click.option("--variants", help="comma-separated variants to check [default: every variant the folder has]")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON record per variant and target.")
+def verify_target(folder: str, target_names: tuple[str, ...], variants: str | None, as_json: bool) -> None:
+    """Re-check an artifact folder on deployment targets from its saved reference: no PyTorch, no checkpoint.
+
+    What a user runs after upgrading a runtime. Reads FOLDER/reference/ (written by every conversion)
+    and prints one line per variant and target; exits 1 when any of them did not pass.
+
+    Example:
+
+    \b
+        zoo-convert verify-target build/demo/artifacts/bert/optimum-opset-default-... --target openvino
+        zoo-convert verify-target build/onnx/bert/... --target ort-cpu,transformers.js --variants fp32,int8
+    """
+    import dataclasses
+    import json
+
+    from . import targets as registry
+
+    chosen = _variants(variants) if variants else None
+    try:
+        rows = [r for name in target_names for r in registry.check_folder(Path(folder), name, chosen)]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    for r in rows:
+        if as_json:
+            click.echo(json.dumps({k: v for k, v in dataclasses.asdict(r).items() if k != "checks"}, default=str))
+            continue
+        numbers = (f"max abs {r.max_abs:.3g}, cosine {r.min_cosine:.6f}" if r.max_abs is not None and r.min_cosine is not None
+                   else "")  # fmt: skip
+        latency = f", {r.latency_ms:.3g} ms" if r.latency_ms is not None else ""
+        click.echo(f"{r.target:<16} {r.version or '-':<10} {r.variant:<6} {r.status:<12} {numbers}{latency}"
+                   f"{'  ' + r.message if r.message else ''}")  # fmt: skip
+    sys.exit(0 if rows and all(r.status == PASSED for r in rows) else 1)
 
 
 @cli.group()

@@ -18,6 +18,9 @@ same words::
      ├── VerifyError                verify_error, verify_numerics
      │    └── NumericsMismatchError verify_numerics (GenerationMismatchError: greedy tokens diverged)
      ├── BenchmarkError             benchmark_error
+ ├── TargetError                a deployment target's own error (targets/): a target row's message, never a job's kind
+ │    ├── TargetUnsupported     the runtime has no code for the model (``unsupported``)
+ │    └── TargetNotRun          not installed, no device, or it would run elsewhere (``not-run``)
      ├── PublishError               publish_error
      │    └── HubUnreachableError   the Hub's endpoint refuses connections or its host has no address (stops a publish)
      ├── StoreError                 the results DB is locked, missing or misused (never recorded)
@@ -216,6 +219,20 @@ class ForkedError(OptimizeError):
 
 class VerifyError(ZooConvertError):
     kind = FailureKind.VERIFY_ERROR
+
+
+class TargetError(ZooConvertError):
+    """A deployment target could not load or run a variant (its own message); recorded on the target's row only."""
+
+    kind = FailureKind.VERIFY_ERROR
+
+
+class TargetUnsupported(TargetError):
+    """The runtime has no implementation for this model (an architecture it does not know)."""
+
+
+class TargetNotRun(TargetError):
+    """The target cannot run here: not installed, no device, or it would silently run elsewhere."""
 
 
 class NumericsMismatchError(VerifyError):

@@ -25,7 +25,6 @@ from .records import OutputCheck, Settings
 if TYPE_CHECKING:
     import onnx
     import torch
-
     from onnxruntime import InferenceSession
     from optimum.exporters.onnx import OnnxConfig
     from transformers import PreTrainedTokenizerBase
@@ -253,7 +252,9 @@ class Component:
     @property
     def graph(self) -> onnx.ModelProto:
         if self._graph is None:
-            from . import onnx_graph  # onnx is for the workers: the farm driver imports this module too
+            from . import (
+                onnx_graph,  # onnx is for the workers: the farm driver imports this module too
+            )
 
             self._graph = onnx_graph.load(self.path)
         return self._graph
@@ -312,7 +313,9 @@ class Artifact:
 
     @property
     def size_bytes(self) -> int:
-        from . import onnx_graph  # onnx is for the workers: the farm driver imports this module too
+        from . import (
+            onnx_graph,  # onnx is for the workers: the farm driver imports this module too
+        )
 
         return sum(onnx_graph.disk_size(p) for p in self.files.values())
 

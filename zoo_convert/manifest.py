@@ -26,7 +26,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ManifestError
-from .records import DEFAULT_VARIANTS, EXPORTERS, MAX_OPSET, MIN_OPSET, OPTIMIZATION_LEVELS, VARIANTS, ManifestEntry
+from .records import (
+    DEFAULT_VARIANTS,
+    EXPORTERS,
+    MAX_OPSET,
+    MIN_OPSET,
+    OPTIMIZATION_LEVELS,
+    TARGETS,
+    VARIANTS,
+    ManifestEntry,
+)
 from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
 
 SCHEMA = pa.schema(
@@ -45,6 +54,7 @@ SCHEMA = pa.schema(
         pa.field("priority", pa.int32()),
         pa.field("tags", pa.list_(pa.string())),
         pa.field("optimize", pa.string()),  # O1, O2 or O3; null: the run's --optimize
+        pa.field("targets", pa.list_(pa.string())),  # deployment targets; null: the run's --targets
     ]
 )
 REQUIRED = ("source",)
@@ -190,6 +200,8 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     _flag_list(table, "variants", flag, lambda v: pc.invert(pc.is_in(v, value_set=pa.array(VARIANTS))),
                f"unknown variant (choose from {', '.join(VARIANTS)})")  # fmt: skip
     flag(pc.equal(pc.list_value_length(col("variants")), 0), "empty variants list")
+    _flag_list(table, "targets", flag, lambda v: pc.invert(pc.is_in(v, value_set=pa.array(TARGETS))),
+               f"unknown target (choose from {', '.join(TARGETS)})")  # fmt: skip
     for name in ("timeout_s", "memory_gb"):
         v = col(name)
         flag(pc.invert(pc.and_kleene(pc.greater(v, 0), pc.is_finite(v))), f"{name} must be a positive number")
@@ -310,6 +322,7 @@ def _expand(row: dict[str, Any], source: str, number: int) -> list[ManifestEntry
             tags=tuple(row["tags"] or ()),
             row=number,
             optimize=row["optimize"],
+            targets=tuple(dict.fromkeys(row["targets"])) if row["targets"] is not None else None,
         )
         for opset in opsets
     ]

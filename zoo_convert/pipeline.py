@@ -36,7 +36,6 @@ from .errors import (
     first_line,
     storage_fault,
 )
-from .stages.forked import note_claimed
 from .records import (
     FAILED,
     INCONCLUSIVE,
@@ -49,6 +48,7 @@ from .records import (
     VariantResult,
 )
 from .stages import Artifact, ExportedModel, Latency
+from .stages.forked import note_claimed
 from .versions import toolchain_versions
 
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
@@ -58,7 +58,7 @@ StageCallback = Callable[[str], None]
 
 def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
-    from .stages import benchmark, check, export, fetch, optimize, verify
+    from .stages import benchmark, check, export, fetch, optimize, target, verify
 
     if entry.optimize is not None:  # the row's level, for this job only
         settings = replace(settings, optimization=entry.optimize)
@@ -105,9 +105,20 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         with run.stage("optimize") as details:
             artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check)
             details.update({v: a.details for v, a in artifacts.items()})
+            target.record_variants(exported, artifacts)
             export.set_modes(out_dir)
         run.variants = _one_structure([_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)
                                        for a in artifacts.values()])  # fmt: skip
+        names = target.chosen(entry, settings)
+        if names and missing is None:
+            with run.stage("target") as details:
+                try:  # a target never changes the verdict: not even a bug of ours in checking one
+                    rows = target.check(exported, run.variants, names)
+                except Exception as exc:  # noqa: BLE001 - kept in the stage's details, with its traceback
+                    rows = []
+                    details.update(error=_failure(exc).message, traceback=_failure(exc).traceback)
+                run.facts["targets"] = tuple(target.without_checks(rows))
+                details.update(targets=list(names), statuses=target.summary(rows))
         if settings.benchmark:
             run.variants = _benchmarked(run, exported, artifacts, settings)
         for comp in exported.components:
@@ -140,6 +151,8 @@ def _references(exported: ExportedModel, settings: Settings, details: dict[str, 
         verify.references(exported, settings)
     except Exception as exc:  # noqa: BLE001 - recorded on every variant's verify
         return exc
+    # Beside the artifacts, for any runtime anywhere (zoo_convert.targets): no PyTorch needed to re-check.
+    details["reference_bytes"] = verify.save_references(exported, settings)
     if settings.benchmark:
         with contextlib.suppress(Exception):  # memoized: the benchmark notes it for every variant
             benchmark.bench_cases(exported, settings)
@@ -472,7 +485,9 @@ def quiet_libraries() -> None:
 
     disable_progress_bars()  # a download's bars would land between our own lines
     try:
-        from torch.jit._trace import TracerWarning  # torch.jit re-exports it without marking it public
+        from torch.jit._trace import (
+            TracerWarning,  # torch.jit re-exports it without marking it public
+        )
 
         warnings.filterwarnings("ignore", category=TracerWarning)
     except ImportError:

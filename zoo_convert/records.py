@@ -16,25 +16,21 @@ from typing import Any
 from .checks import OutputCheck as OutputCheck
 from .checks import Tolerance as Tolerance
 from .errors import FailureKind
+from .variants import REGISTRY
 
 EXPORTERS = ("optimum", "torch", "auto")
 # torch.onnx's supported range (torch/onnx/_constants.py ONNX_MIN_OPSET/ONNX_MAX_OPSET);
 # tests check it stays inside what torch and onnx know.
 MIN_OPSET, MAX_OPSET = 7, 23
-# Every variant the farm can make; a manifest row or --variants asks for some of them.
-VARIANTS = ("fp32", "fp16", "int8", "uint8", "q4")
-# What a job makes when it does not say: uint8 and q4 are opt-in (one more quantization,
-# verification and benchmark each, for runtimes that ask for them by name).
-DEFAULT_VARIANTS = ("fp32", "fp16", "int8")
+# Every variant the farm can make (variants.REGISTRY says what each is); a manifest row or --variants asks for some.
+VARIANTS = tuple(REGISTRY)
+# What a job makes when it does not say; the others are opt-in.
+DEFAULT_VARIANTS = tuple(name for name, spec in REGISTRY.items() if spec.default)
 # transformers.js ``dtype`` -> file name suffix under onnx/ (DEFAULT_DTYPE_SUFFIX_MAPPING in
 # its src/utils/dtypes.js); ``model_quantized.onnx`` is also optimum's ORTQuantizer name.
 JS_SUFFIXES = {"fp32": "", "fp16": "_fp16", "q8": "_quantized", "int8": "_int8", "uint8": "_uint8", "q4": "_q4"}
-# The dtypes each variant's graph answers to. transformers.js's quantize script writes the same
-# graph for q8 and int8 (QInt8 weights, uint8 dynamic activations) unless the model has a Conv;
-# then q8 gets QUInt8 weights for onnxruntime-web <= 1.20, which had no ConvInteger for int8
-# weights. The onnxruntime-node and -web that transformers.js 4 ships run it, so our int8 is
-# both: written once as ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
-JS_DTYPES = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("q8", "int8"), "uint8": ("uint8",), "q4": ("q4",)}
+# The dtypes each variant's graph answers to (VariantSpec.js_dtypes).
+JS_DTYPES = {name: spec.js_dtypes for name, spec in REGISTRY.items()}
 # optimum-cli's --optimize levels the optimize stage makes the fp32 graph at (stages/optimize.py says how
 # each maps to ONNX Runtime's optimizers, as optimum's AutoOptimizationConfig does). optimum's O4 is O3
 # in fp16: here that is the fp16 variant, made from the fp32 graph of whichever level was asked.
@@ -44,14 +40,6 @@ DEFAULT_OPTIMIZATION = "O2"
 # (--batch_size, --sequence_length, ...): Settings.shapes. Audio lengths are samples of audio.
 SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "width", "num_channels",
                  "audio_sequence_length", "feature_size", "nb_max_frames")  # fmt: skip
-# 4-bit weights cost more accuracy than 8-bit ones: see Settings.tolerances.
-Q4_MIN_COSINE = 0.95
-# The relative part of the elementwise bound |onnx - torch| <= max_abs + rtol * |torch| (docs/verification.md:
-# how it was chosen). fp32: the seed recipe's and ONNX's backend tests' 1e-3, ~500x the fp32 rounding a
-# conv net with logits in the thousands shows (2e-6), 7e5x below what the zoo's long-shape divergences need.
-# fp16: twice what fp16 rounding needs on such logits (9e-3, at elements that cancel); int8 and q4 have no bound.
-FP32_RTOL = 1e-3
-FP16_RTOL = 2e-2
 
 
 def variant_files(component: str, variant: str) -> tuple[str, ...]:
@@ -75,6 +63,14 @@ LATENCY = {"latency": True}
 
 PASSED = "passed"
 FAILED = "failed"
+# A deployment target that could not run a variant: no code for its architecture (unsupported), or not
+# run at all on this node (not-run: the target is not installed, or its device is absent).
+UNSUPPORTED = "unsupported"
+NOT_RUN = "not-run"
+TARGET_STATUSES = (PASSED, FAILED, UNSUPPORTED, NOT_RUN)
+# The deployment targets zoo_convert.targets registers (a test keeps the two the same): what a manifest's
+# ``targets`` column and ``--targets`` may name, checked without importing any runtime.
+TARGETS = ("ort-cpu", "openvino", "transformers.js", "ort-cuda", "ort-tensorrt")
 # Verified without a failure against a PyTorch reference that cannot tell a right graph
 # from a wrong one (constant, all zero or non-finite at every verify input): not a pass.
 INCONCLUSIVE = "inconclusive"
@@ -116,6 +112,8 @@ class ManifestEntry:
         snapshot: for a hub id, the commit and file list planning resolved (None: fetch asks the Hub).
         optimize: the optimization level of this job's fp32 graph (one of OPTIMIZATION_LEVELS);
             None uses ``Settings.optimization``.
+        targets: the deployment targets each variant is checked on (``zoo_convert.targets``);
+            None uses ``Settings.targets``.
     """
 
     source: str
@@ -134,6 +132,7 @@ class ManifestEntry:
     row: int | None = None
     snapshot: HubSnapshot | None = None
     optimize: str | None = None
+    targets: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -171,18 +170,13 @@ class Settings:
         warm_torch_exporter: the fork server the jobs fork from also warms the torch exporter (one tiny
             dynamo export at its start: :mod:`zoo_convert.farm.warm_torch`); the farm sets it when its plan
             has a ``torch`` row. It decides no artifact's bytes, only how warm the job's process starts.
+        targets: the deployment targets every variant is checked on from its saved reference
+            (``zoo_convert.targets``: ``ort-cpu``, ``openvino``, ``transformers.js``, ``ort-cuda``,
+            ``ort-tensorrt``); None: every target installed on the node; ``()``: none.
     """
 
     out_dir: str = "artifacts"
-    tolerances: dict[str, Tolerance] = field(
-        default_factory=lambda: {
-            "fp32": Tolerance(max_abs=1e-4, min_cosine=0.9999, rtol=FP32_RTOL),
-            "fp16": Tolerance(max_abs=5e-2, min_cosine=0.999, rtol=FP16_RTOL),
-            "int8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
-            "uint8": Tolerance(max_abs=float("inf"), min_cosine=0.98),
-            "q4": Tolerance(max_abs=float("inf"), min_cosine=Q4_MIN_COSINE),
-        }
-    )
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: {n: s.tolerance for n, s in REGISTRY.items()})
     verify_shapes: tuple[tuple[int, int], ...] = ((1, 7), (3, 19))
     verify_long: bool = True
     verify_generation: bool = True
@@ -202,6 +196,7 @@ class Settings:
     optimization: str = DEFAULT_OPTIMIZATION
     shapes: dict[str, int] = field(default_factory=dict)
     warm_torch_exporter: bool = False
+    targets: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -296,6 +291,36 @@ class VariantResult:
     generation_note: str | None = None
 
 
+@dataclass(frozen=True)
+class TargetResult:
+    """One variant checked on one deployment target against the saved reference (never the ORT verdict).
+
+    Attributes:
+        target: the target's registered name (``openvino``, ``transformers.js``, ``ort-cuda`` ...).
+        version: the runtime's version (``2026.4.1``); None when it is not installed.
+        variant: the variant checked.
+        status: passed, failed, unsupported (the runtime has no code for the model) or not-run.
+        message: the runtime's own error, the worst check, or why it did not run.
+        max_abs / min_cosine: the worst over every output and case it ran.
+        latency_ms: median of its timed calls of the first case (a short shape, batch 1).
+        providers: what really ran it (ONNX Runtime: the session's providers; OpenVINO: the device).
+        seconds: wall time of the whole check.
+        checks: the cases' output checks.
+    """
+
+    target: str
+    variant: str
+    status: str
+    version: str | None = None
+    message: str | None = None
+    max_abs: float | None = None
+    min_cosine: float | None = None
+    latency_ms: float | None = None
+    providers: str | None = None
+    seconds: float | None = None
+    checks: tuple[OutputCheck, ...] = ()
+
+
 # The latency columns of a variant, in VariantResult's order (results columns of the same names).
 LATENCY_FIELDS = tuple(f.name for f in dataclasses.fields(VariantResult) if f.metadata.get("latency"))
 
@@ -326,6 +351,7 @@ class ConversionResult:
         node: host that ran the job.
         row: manifest row number, when it came from a manifest.
         tags: the entry's tags.
+        targets: each variant on each deployment target (``zoo_convert.targets``), from the saved reference.
     """
 
     source: str
@@ -358,6 +384,7 @@ class ConversionResult:
     node: str | None = None
     row: int | None = None
     tags: tuple[str, ...] = ()
+    targets: tuple[TargetResult, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -397,6 +424,10 @@ class ConversionResult:
             for v in d.get("variants", ())
         )
         d["tags"] = tuple(d.get("tags", ()))
+        d["targets"] = tuple(
+            TargetResult(**{**t, "checks": tuple(OutputCheck(**o) for o in t.get("checks", ()))})
+            for t in d.get("targets", ())
+        )
         return cls(**d)
 
     @classmethod

@@ -49,6 +49,10 @@ def summary(result: ConversionResult) -> str:
         if v.message:
             cells.append(f"— {v.failure_kind}: {v.message}" if v.failure_kind else f"— {v.message}")
         lines.append("  ".join(cells))
+        for t in (t for t in result.targets if t.variant == v.variant):
+            numbers = f"max_abs={t.max_abs:.2e} cos={t.min_cosine:.5f}" if t.max_abs is not None and t.min_cosine is not None else ""
+            latency = f" p50={t.latency_ms:.2f}ms" if t.latency_ms is not None else ""
+            lines.append(f"        on {t.target:<16} {t.status:<11} {numbers}{latency}" + (f" — {t.message}" if t.message else ""))
     if result.artifacts_dir:
         lines.append(f"  artifacts: {result.artifacts_dir}")
     return "\n".join(lines)

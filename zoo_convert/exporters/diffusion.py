@@ -215,8 +215,7 @@ def export(
     from optimum.utils import DEFAULT_DUMMY_SHAPES
     from transformers import PreTrainedTokenizerBase
 
-    from ..job import ModuleState
-    from ..job import Component
+    from ..job import Component, ModuleState
 
     sources = pipeline_files(ckpt.path)  # before loading: a file linked out of the pipeline is refused first
     with _quiet_loader():

@@ -38,7 +38,11 @@ def onnx_config(model: Any, task: str, shapes: dict[str, int]) -> OnnxConfig:
     """An OnnxConfig for ``model`` (a transformers module) built from its forward and one dummy forward at ``shapes``."""
     import torch
     from optimum.exporters.onnx.base import OnnxConfig as Base
-    from optimum.utils import DummyTextInputGenerator, DummyVisionInputGenerator, NormalizedConfig
+    from optimum.utils import (
+        DummyTextInputGenerator,
+        DummyVisionInputGenerator,
+        NormalizedConfig,
+    )
 
     config = model.config
     kind = type(model).__name__

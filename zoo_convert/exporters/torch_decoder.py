@@ -24,10 +24,9 @@ from typing import Any
 import torch
 from torch.utils import _pytree
 
-from . import torch_onnx
 from ..errors import ExportError
-from ..job import ModuleState
-from ..job import Component
+from ..job import Component, ModuleState
+from . import torch_onnx
 
 # Dummy sizes all different (and above 1), so the tracer can tell batch, new tokens and past apart
 # instead of merging equal sizes into one symbol or specializing a size of 1.

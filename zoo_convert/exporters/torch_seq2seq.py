@@ -22,8 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import torch_onnx
 from ..errors import ExportError
+from . import torch_onnx
 
 if TYPE_CHECKING:
     import torch

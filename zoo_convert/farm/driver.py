@@ -56,7 +56,6 @@ import ray.exceptions
 from ray.actor import ActorProxy
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from . import hub_budget
 from ..errors import (
     FailureKind,
     ManifestError,
@@ -66,11 +65,8 @@ from ..errors import (
     first_line,
     printable,
 )
-from .hub_budget import Budget, HubLimits, LocalGovernor
-from .isolation import JobFn, failure_result, fork_server, preload_for, run_isolated
 from ..manifest import Manifest, read_manifest
 from ..pipeline import convert_one
-from .plan import InvalidRow, Job, keyed_jobs, make_plan
 from ..records import INCONCLUSIVE, PASSED, ConversionResult, ManifestEntry, Settings
 from ..sources import is_local
 from ..stages.fetch import download
@@ -78,6 +74,10 @@ from ..store.db import ResultStore
 from ..store.lock import run_lock
 from ..store.queries import latest_job_statuses, run_label
 from ..versions import toolchain_versions
+from . import hub_budget
+from .hub_budget import Budget, HubLimits, LocalGovernor
+from .isolation import JobFn, failure_result, fork_server, preload_for, run_isolated
+from .plan import InvalidRow, Job, keyed_jobs, make_plan
 
 MAX_BACKOFF_S = 60.0
 MAX_LISTED = 20  # failures named at the end of a run; the rest are counted

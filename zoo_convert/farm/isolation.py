@@ -82,8 +82,8 @@ from typing import NamedTuple, Protocol
 
 from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
-from ..stages.forked import claim_into, die_with_parent
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
+from ..stages.forked import claim_into, die_with_parent
 from ..versions import toolchain_versions
 
 
@@ -603,7 +603,9 @@ def _model_type(entry: ManifestEntry) -> str | None:
     Looked at before it is read: this runs for a row that was never valid and for a job that was
     killed, and a config.json that is a FIFO or /dev/zero must not hang the driver.
     """
-    from ..stages.fetch import config_model_type  # no torch: fetch imports its libraries lazily
+    from ..stages.fetch import (
+        config_model_type,  # no torch: fetch imports its libraries lazily
+    )
 
     return config_model_type(entry, Settings())
 

@@ -220,6 +220,8 @@ def job_key(entry: ManifestEntry, resolved_revision: str, settings: Settings, ve
         # Only when not the default O2, which every key made before levels existed was made at.
         **({"optimization": level} if (level := entry.optimize or settings.optimization) != DEFAULT_OPTIMIZATION else {}),
         "versions": versions,
+        # Only when chosen: keys made before targets existed (and default runs) stay the same.
+        **({"targets": list(t)} if (t := entry.targets if entry.targets is not None else settings.targets) is not None else {}),
     }
     text = json.dumps(blob, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

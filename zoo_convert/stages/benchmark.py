@@ -40,7 +40,16 @@ import numpy as np
 
 from ..errors import first_line, is_our_bug
 from ..records import Settings
-from ..verify.runtime import Branch, Case, TorchAlone, as_loaded_forward, cases, feed_for, ort_session, torch_threads
+from ..verify.runtime import (
+    Branch,
+    Case,
+    TorchAlone,
+    as_loaded_forward,
+    cases,
+    feed_for,
+    ort_session,
+    torch_threads,
+)
 from . import Artifact, Component, ExportedModel, Latency, Timing
 
 if TYPE_CHECKING:

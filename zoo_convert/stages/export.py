@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import onnx_graph
-from ..exporters import diffusion, generic, torch_onnx, torch_seq2seq
-from ..verify import loadable
 from ..errors import ExportError, FailureKind, UnsafeCheckpointError, ZooConvertError, first_line, is_our_bug
-from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
+from ..exporters import diffusion, generic, torch_onnx, torch_seq2seq
 from ..job import ModuleState
-from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs
+from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..sources import open_regular, sentence_transformers_files, side_files
+from ..verify import loadable
+from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs
 from . import Checkpoint, Component, ExportedModel
 
 if TYPE_CHECKING:
@@ -669,7 +669,9 @@ def _export_torch(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path
         )
     ((module, config),) = parts.values()
     if task.endswith("-with-past"):  # a decoder: its cache as flat inputs and outputs
-        from ..exporters import torch_decoder  # imports torch and this package's Component: not at module level
+        from ..exporters import (
+            torch_decoder,  # imports torch and this package's Component: not at module level
+        )
 
         return [torch_decoder.export(module, config, opset, onnx_dir)], details
     return [_torch_onnx(module, config, opset, onnx_dir, {})], details

@@ -29,8 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import (
+    ExportError,
+    FailureKind,
+    FetchError,
+    UnsafeCheckpointError,
+    ZooConvertError,
+    first_line,
+)
 from ..exporters import diffusion
-from ..errors import ExportError, FailureKind, FetchError, UnsafeCheckpointError, ZooConvertError, first_line
 from ..records import HubSnapshot, ManifestEntry, Settings
 from ..sources import is_hub_id, is_local, open_regular, read_json, side_files
 from . import Checkpoint

@@ -38,8 +38,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import FailureKind, ForkedError, OptimizeError, ZooConvertError, first_line, is_our_bug, storage_fault
-
+from ..errors import (
+    FailureKind,
+    ForkedError,
+    OptimizeError,
+    ZooConvertError,
+    first_line,
+    is_our_bug,
+    storage_fault,
+)
 
 # In a fork-server child: the file the job notes the artifact folders it claims in (see note_claimed);
 # the fork server sets it (:func:`claim_into`) before the job runs.

@@ -3,13 +3,14 @@
 Per component, in this order (it matters):
 
 1. int8  dynamic quantization of the PLAIN export (a fused graph has no MatMuls left to
-         quantize), streamed one weight at a time by :mod:`zoo_convert.variants.quantize` (ORT's
+         quantize; :mod:`zoo_convert.variants.int8`), streamed one weight at a time by :mod:`zoo_convert.variants.quantize` (ORT's
          ``quantize_dynamic`` holds the model about three times): every MatMul, Gemm and Conv
          with a constant float32 weight, int8 per output channel; the embedding lookups and
          Convs whose weight is computed (weight norm: wav2vec2's positional conv) stay float32.
          uint8 is the same with unsigned weights.
    q4    4-bit block-wise weight-only quantization of the plain export's MatMuls
-         (``MatMulNBits``), as transformers.js's ``q4``: see :func:`_q4`.
+         (``MatMulNBits``), as transformers.js's ``q4``: :mod:`zoo_convert.variants.q4`.
+         Every variant made from the plain export is made by its maker (``VariantSpec.maker``).
 2. fp32  at the level asked (``Settings.optimization``, optimum-cli's ``--optimize``; levels as
          optimum's ``AutoOptimizationConfig`` maps them): O1 is ONNX Runtime's basic graph
          optimizations alone (ORT_ENABLE_BASIC, no fuser); O2, the default, is what follows;
@@ -51,14 +52,12 @@ only fp32, which the others are measured against, raises :class:`OptimizeError`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,12 +65,20 @@ from typing import Any
 import onnx
 
 from .. import onnx_graph
-from ..variants import fp16
-from ..errors import FailureKind, ForkedError, OptimizeError, VerifyError, first_line, is_our_bug, storage_fault
-from .forked import run_forked, step
+from ..errors import (
+    FailureKind,
+    ForkedError,
+    OptimizeError,
+    VerifyError,
+    first_line,
+    is_our_bug,
+    storage_fault,
+)
 from ..records import Settings, variant_files
+from ..variants import REGISTRY, fp16, maker
 from ..verify.runtime import ort_session, session_for
 from . import Artifact, Check, Component, ExportedModel, Verified
+from .forked import run_forked, step
 
 # HF model_type -> onnxruntime.transformers.optimizer MODEL_TYPES key. Follows optimum's
 # ORTConfigManager, limited to fusers ORT ships; unlisted types get ORT offline optimization.
@@ -218,10 +225,11 @@ def _component(
     for folder in work.values():
         folder.mkdir(parents=True, exist_ok=True)
 
-    for variant in ("int8", "uint8", "q4"):
-        if variant in variants:
+    for spec in REGISTRY.values():  # the variants made from the plain export, each by its maker (variants/)
+        variant = spec.name
+        if spec.maker is not None and variant in variants:
             out = work[variant] / final[variant].name
-            quantize = _quantizer(plain, out, external, variant)
+            quantize = functools.partial(maker(spec), plain, out, external, **spec.options)
             make = functools.partial(_checked, exported, component, variant, quantize, settings, check)
             made[variant] = _guarded(variant, make, settings)
     if "fp32" in variants or "fp16" in variants:
@@ -260,13 +268,6 @@ def _component(
         # No fp32 replaces the plain export: it goes back to the layout loaders expect.
         run_forked(lambda: onnx_graph.internalize(plain), timeout_s=settings.timeout_s)
     return made
-
-
-def _quantizer(plain: Path, out: Path, external: bool, variant: str) -> Callable[[], tuple[Path, dict[str, Any]]]:
-    """The builder of one quantized variant of the plain export."""
-    if variant == "q4":
-        return lambda: _q4(plain, out, external)
-    return lambda: _int8(plain, out, external, variant)
 
 
 def _guarded(variant: str, make: Callable[[], _Made], settings: Settings) -> _Made:
@@ -343,94 +344,6 @@ def _verified(
 def _last_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[-1] if lines else type(exc).__name__
-
-
-def _int8(plain: Path, out: Path, external: bool, variant: str = "int8") -> tuple[Path, dict[str, Any]]:
-    """Dynamic 8-bit quantization of the plain export, streamed one weight at a time (:mod:`zoo_convert.variants.quantize`).
-
-    Every MatMul with a constant weight, per output channel (all-MiniLM-L6-v2 on real text:
-    cosine 0.990 vs optimum's ``--avx512_vnni`` per-tensor 0.921, at its latency); the
-    embedding lookups stay float. int8 has signed weights, uint8 unsigned ones; activations
-    are uint8 in both (dynamic quantization has no other).
-    """
-    from ..variants.quantize import default_exclude, load_lazily, quantize
-
-    done = quantize(
-        plain,
-        out,
-        weight_type="uint8" if variant == "uint8" else "int8",
-        per_channel=True,
-        exclude=default_exclude(load_lazily(plain)),
-        external=external,
-    )
-    quantized = {op: n for op, n in done.ops.items() if op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") and n}
-    if not quantized:
-        raise OptimizeError("nothing to quantize: no MatMul, Gemm or Conv with a constant float32 weight")
-    details: dict[str, Any] = {
-        "quantization": "dynamic",
-        "per_channel": True,
-        "weight_type": "QUInt8" if variant == "uint8" else "QInt8",
-        "quantized_ops": quantized,
-        "float32_matmuls": done.float_matmuls,
-    }
-    return out, {**details, "float32_convs": done.float_convs} if done.float_convs else details
-
-
-# transformers.js's q4 (its scripts/quantize.py): symmetric blocks of 32 weights, ORT's default accuracy level.
-Q4_BLOCK_SIZE = 32
-
-
-def _q4(plain: Path, out: Path, external: bool) -> tuple[Path, dict[str, Any]]:
-    """4-bit weight-only quantization of the plain export's MatMuls with a constant weight (``MatMulNBits``).
-
-    Weight-only: activations stay float32. The plain export, not the fused one: the fusers fold
-    the Q/K/V MatMuls into Attention nodes, which MatMulNBits cannot reach. Gather (embeddings),
-    Gemm and Conv weights stay float32.
-    """
-    with _quiet_root(), _quiet(_NBITS_MODULE):  # it logs every node it visits at INFO
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        quantizer = MatMulNBitsQuantizer(onnx.load(str(plain)), bits=4, block_size=Q4_BLOCK_SIZE, is_symmetric=True)
-        quantizer.process()
-    census = onnx_graph.op_census(quantizer.model.model.graph)  # before saving: no second read of it
-    if not census["MatMulNBits"]:
-        raise OptimizeError("MatMulNBits quantized no MatMul (none has a constant weight)")
-    onnx_graph.save(quantizer.model.model, out, external=external)
-    return out, {
-        "quantization": "weight-only",
-        "bits": 4,
-        "block_size": Q4_BLOCK_SIZE,
-        "symmetric": True,
-        "quantized_ops": {"MatMulNBits": census["MatMulNBits"]},
-        "float32_matmuls": census["MatMul"],
-    }
-
-
-_NBITS_MODULE = "onnxruntime.quantization.matmul_nbits_quantizer"
-
-
-@contextlib.contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    """Hold a library logger at WARNING or above for a while (its INFO lines would flood the job's log)."""
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(max(logging.WARNING, log.getEffectiveLevel()))
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
-@contextlib.contextmanager
-def _quiet_root() -> Iterator[None]:
-    """Undo what importing the MatMulNBits quantizer does to the whole process: ``logging.basicConfig(level=INFO)``."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
 
 
 def _fp32(
@@ -730,9 +643,7 @@ def _summarize(art: Artifact) -> None:
         art.details["fused_ops"] = dict(sum((Counter(p.get("fused_ops", {})) for p in parts), Counter()))
         art.details["methods"] = sorted({p["method"] for p in parts if "method" in p})
         art.details["level"] = next((p["level"] for p in parts if "level" in p), None)  # None: --no-optimize
-    if art.variant in ("int8", "uint8"):
-        art.details["quantization"] = f"dynamic {'QInt8' if art.variant == 'int8' else 'QUInt8'} per-channel"
-    if art.variant == "q4":
-        art.details["quantization"] = f"weight-only 4-bit MatMulNBits, symmetric blocks of {Q4_BLOCK_SIZE}"
+    if REGISTRY[art.variant].quantization is not None:
+        art.details["quantization"] = REGISTRY[art.variant].quantization
     if "error" in art.details:
         art.details.setdefault("failure_kind", FailureKind.OPTIMIZE_ERROR.value)

@@ -40,10 +40,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import (
+    GenerationMismatchError,
+    NumericsMismatchError,
+    VerifyError,
+    is_our_bug,
+)
+from ..records import OutputCheck, Settings, Tolerance
 from ..verify import generation, shapes
 from ..verify.compare import compare, peak
-from ..errors import GenerationMismatchError, NumericsMismatchError, VerifyError, is_our_bug
-from ..records import OutputCheck, Settings, Tolerance
 from ..verify.runtime import Case, cases, feed_for, session_for
 from . import Artifact, Component, ExportedModel, Verified
 
@@ -67,6 +72,23 @@ def references(exported: ExportedModel, settings: Settings) -> None:
     for _ in _cases(exported, settings):
         pass
     generation.reference(exported, settings)
+
+
+def save_references(exported: ExportedModel, settings: Settings) -> int:
+    """Save every verify case (feed, PyTorch's outputs, keep-masks) and the tolerances beside the artifacts.
+
+    Written to ``<artifacts>/reference/`` (:mod:`zoo_convert.targets.reference`), so any runtime
+    can be checked against the very reference the farm used, with no PyTorch and no checkpoint.
+    Returns the bytes written. Generation steps are not saved: a target checks single forwards.
+    """
+    from ..targets import reference
+
+    saved = []
+    for comp, case, long in _cases(exported, settings):
+        outputs = {n: case.reference[n] for n in case.outputs if n in case.reference}
+        saved.append((comp.name, case.label, long, case.feed, outputs, case.keep))
+    return reference.save(exported.out_dir, saved, settings.tolerances,
+                          model_type=exported.checkpoint.model_type, task=exported.checkpoint.task)  # fmt: skip
 
 
 def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings: Settings) -> Verified:

@@ -174,6 +174,7 @@ class ResultStore:
             rows: list[dict[str, object]] = []
             checks: list[dict[str, object]] = []
             census: list[dict[str, object]] = []
+            on_targets: list[dict[str, object]] = []
             # earlier jobs of this batch are predecessors too; keyed by (source, revision, exporter, requested opset)
             latest = _latest_seqs(con, {(r.source, r.revision, r.exporter, r.opset_requested) for _, r in jobs})
             for job_key, result in jobs:
@@ -184,10 +185,12 @@ class ResultStore:
                 for row in result_rows(result, run_id=run_id, job_key=job_key, job_seq=seq, recorded_at=_utcnow()):
                     rows.append({**row, "previous_job_seq": previous})
                 checks += verification_rows(result, run_id=run_id, job_key=job_key)
+                on_targets += target_rows(result, run_id=run_id, job_key=job_key)
                 census += [{"run_id": run_id, "job_key": job_key, "op": op, "n": n} for op, n in result.op_census.items()]
             _insert(con, "results", rows)
             _insert(con, "verification", checks)
             _insert(con, "op_census", census)
+            _insert(con, "target_results", on_targets)
 
     def finish_run(self, run_id: str, *, status: str = "completed") -> None:
         """Stamp the run's end time, final status and job counts."""
@@ -347,6 +350,27 @@ def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) ->
         }
         for v in result.variants
         for o in v.outputs
+    ]
+
+
+def target_rows(result: ConversionResult, *, run_id: str, job_key: str) -> list[dict[str, object]]:
+    """The ``target_results`` rows of one job: one per variant and deployment target."""
+    return [
+        {
+            "run_id": run_id,
+            "job_key": job_key,
+            "variant": t.variant,
+            "target": t.target,
+            "target_version": t.version,
+            "status": t.status,
+            "message": t.message,
+            "max_abs": t.max_abs,
+            "min_cosine": t.min_cosine,
+            "latency_ms": t.latency_ms,
+            "providers": t.providers,
+            "seconds": t.seconds,
+        }
+        for t in result.targets
     ]
 
 

@@ -18,7 +18,8 @@ from ..errors import StoreError, UsageError
 from .db import ResultStore
 
 EXPORTED = ("runs", "results", "verification", "op_census", "publications",
-            "latest_results", "compat_matrix", "regressions", "failure_signatures", "generation")
+            "latest_results", "compat_matrix", "regressions", "failure_signatures", "generation",
+            "target_results", "compat_by_target", "target_signatures")
 
 Row: TypeAlias = tuple[Any, ...]  # a DuckDB row: each value of its column's SQL type
 Params: TypeAlias = Sequence[object] | Mapping[str, object] | None  # ? or $name parameters
@@ -46,6 +47,7 @@ class RunStatus(TypedDict):
     failure_kinds: dict[str, int]
     regressions: int
     runs: int
+    targets: list[tuple[str, str | None, int, int, int, int, int]]
 
 
 def query(store: ResultStore, sql: str, params: Params = None, *, untrusted: bool = False) -> tuple[list[str], list[Row]]:
@@ -107,6 +109,15 @@ def status(store: ResultStore) -> RunStatus | None:
     )
     _, regressed = query(store, "SELECT count(*) FROM regressions WHERE run_id = ?", [run["run_id"]])
     jobs, converted, partial, inconclusive, n_rows, variants_verified, variants = counts[0]
+    # Per deployment target: rows, passed, failed, unsupported, not run (issue 32).
+    _, on_targets = query(
+        store,
+        "SELECT target, max(target_version), count(*), count(*) FILTER (WHERE status = 'passed'),"
+        " count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'unsupported'),"
+        " count(*) FILTER (WHERE status = 'not-run')"
+        " FROM target_results WHERE run_id = ? GROUP BY target ORDER BY target",
+        [run["run_id"]],
+    )
     return RunStatus(
         run_id=run["run_id"],
         name=run["name"],
@@ -125,6 +136,7 @@ def status(store: ResultStore) -> RunStatus | None:
         failure_kinds=dict(kinds),
         regressions=regressed[0][0],
         runs=query(store, "SELECT count(*) FROM runs")[1][0][0],
+        targets=[tuple(r) for r in on_targets],
     )
 
 
@@ -146,6 +158,13 @@ def format_status(info: RunStatus) -> str:
         ("regressions", info["regressions"]),
         ("result rows", info["result_rows"]),
         ("runs", info["runs"]),
+    ]
+    # One line per deployment target, after the variants ORT verified.
+    at = next(i for i, (key, _) in enumerate(lines) if key == "variants") + 1
+    lines[at:at] = [
+        ("target", f"{target:<16} {passed} of {n} variants passed ({version or 'version unknown'}), {failed} failed,"
+                   f" {unsupported} unsupported, {not_run} not run")
+        for target, version, n, passed, failed, unsupported, not_run in info.get("targets", [])
     ]
     return "\n".join(f"{key:<15}{value}" for key, value in lines)
 

@@ -26,6 +26,9 @@ Views (the model identity is source + revision + exporter + requested opset)::
                       and source replaced too: one cause, one signature)
     generation        latest variants of the models that generate: steps run with ORT's own cache,
                       worst step's logits, share of greedy tokens identical to PyTorch generate()
+    compat_by_target  latest variants on each deployment target (``target_results``): source, model type,
+                      task, variant, target, status, max abs, latency, message
+    target_signatures latest target failures grouped by normalised message per target, as failure_signatures
 """
 
 from __future__ import annotations
@@ -409,6 +412,48 @@ WHERE generation_steps IS NOT NULL OR generation_note IS NOT NULL;
 )
 
 
+# Deployment targets (issue 32): each variant checked on each target (ort-cpu, openvino,
+# transformers.js, ort-cuda, ort-tensorrt) from the reference saved beside the artifacts, one row per
+# (job, variant, target); a target never changes ``results.status``. ``compat_by_target`` reads the
+# latest job of each model; ``target_signatures`` clusters its failures as ``failure_signatures`` does.
+_TARGETS = """
+CREATE TABLE target_results (
+    run_id         VARCHAR NOT NULL,
+    job_key        VARCHAR NOT NULL,
+    variant        VARCHAR NOT NULL,
+    target         VARCHAR NOT NULL,
+    target_version VARCHAR,
+    status         VARCHAR NOT NULL,
+    message        VARCHAR,
+    max_abs        DOUBLE,
+    min_cosine     DOUBLE,
+    latency_ms     DOUBLE,
+    providers      VARCHAR,
+    seconds        DOUBLE
+);
+
+CREATE VIEW compat_by_target AS
+SELECT l.source, l.model_type, l.task, t.variant, t.target, t.target_version, t.status,
+    t.max_abs, t.min_cosine, t.latency_ms, t.providers, t.message,
+    l.status AS ort_status, l.exporter, coalesce(l.opset, l.opset_requested) AS opset, t.job_key, t.run_id
+FROM target_results t
+JOIN latest_results l ON l.job_key = t.job_key AND l.run_id = t.run_id AND l.variant = t.variant;
+
+CREATE VIEW target_signatures AS
+SELECT
+    target,
+    status,
+    failure_signature(message, model_type := model_type, source := source) AS signature,
+    count(*) AS n,
+    count(DISTINCT source) AS models,
+    list_sort(list_distinct(list(source)))[1:20] AS sample_models,
+    any_value(message) AS example
+FROM compat_by_target
+WHERE status IN ('failed', 'unsupported')
+GROUP BY ALL;
+"""
+
+
 # Verdicts that follow the output's scale (issue 33): a check passes when every element's
 # |onnx - torch| is within max_abs + rtol * |torch| (``checks.Tolerance``); ``bound_used`` is the
 # largest share of that bound an element used (at most 1 passes; 0 where the variant has no bound:
@@ -439,7 +484,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "latency conditions", _LATENCY_CONDITIONS),
     Migration(9, "generation", _GENERATION),
     Migration(10, "exporter used", _EXPORTER_USED),
-    Migration(11, "verification.bound_used", _BOUND_USED),
+    Migration(11, "deployment targets", _TARGETS),
+    Migration(12, "verification.bound_used", _BOUND_USED),
 )
 
 SCHEMA_MIGRATIONS = """

@@ -36,9 +36,17 @@ import numpy as np
 
 from ..errors import VerifyError, first_line, is_our_bug
 from ..job import Artifact, Generation
-from ..records import OutputCheck, Settings, Tolerance, variant_files
+from ..records import Settings, Tolerance, variant_files
 from .compare import compare
-from .runtime import _ORT_FLOAT, SENTENCES, Branch, _tokenizer, cases, session_for, torch_threads
+from .runtime import (
+    _ORT_FLOAT,
+    SENTENCES,
+    Branch,
+    _tokenizer,
+    cases,
+    session_for,
+    torch_threads,
+)
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession

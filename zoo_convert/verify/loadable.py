@@ -176,7 +176,10 @@ def _tokenizer(folder: Path, remote: bool) -> PreTrainedTokenizerBase:
 def _tokenizer_culprit(folder: Path, exc: BaseException) -> str:
     """Which of the tokenizer's files broke it: tokenizer.json, the class tokenizer_config.json names, or a missing vocabulary."""
     from tokenizers import Tokenizer
-    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
+    from transformers.models.auto.tokenization_auto import (
+        TOKENIZER_MAPPING_NAMES,
+        tokenizer_class_from_name,
+    )
 
     if (folder / "tokenizer.json").is_file():
         try:
@@ -213,7 +216,9 @@ def _json_or_empty(path: Path) -> dict[str, Any]:
 
 def _preprocessor_class(src: Path, model_type: str) -> str:
     """AutoImageProcessor or AutoFeatureExtractor, as the checkpoint's preprocessor_config.json (or its model type) says."""
-    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+    from transformers.models.auto.image_processing_auto import (
+        IMAGE_PROCESSOR_MAPPING_NAMES,
+    )
 
     config = _json_or_empty(src / "preprocessor_config.json")
     if "image_processor_type" in config:

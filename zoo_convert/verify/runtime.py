@@ -45,9 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..exporters import diffusion
-from . import shapes
 from ..errors import VerifyError, is_our_bug
+from ..exporters import diffusion
 from ..job import Artifact, Component, ExportedModel
 from ..job import Branch as Branch
 from ..job import Case as Case
@@ -56,6 +55,7 @@ from ..job import RuntimeCache as RuntimeCache
 from ..job import SessionKey as SessionKey
 from ..job import TorchAlone as TorchAlone
 from ..records import Settings
+from . import shapes
 
 if TYPE_CHECKING:
     import onnx

@@ -1,0 +1,42 @@
+"""Real conversions of a few tiny zoo models, with their references saved, for the target tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+
+# bert: every target passes; bart: optimum's merged decoder, which OpenVINO does not compile;
+# data2vec-text: a model type transformers.js has no architecture for.
+MODELS = ("bert", "bart", "data2vec-text")
+
+
+@pytest.fixture(scope="session")
+def small_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from zoo_convert import zoo
+
+    out = tmp_path_factory.mktemp("targets-zoo")
+    zoo.build(out, only=MODELS)
+    return out
+
+
+@pytest.fixture(scope="session")
+def converted(small_zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ConversionResult]:
+    """Each model converted (fp32, fp16, int8), bert checked on ort-cpu, openvino and transformers.js by the pipeline."""
+    from zoo_convert.pipeline import convert_one
+
+    out = tmp_path_factory.mktemp("targets-onnx")
+    results = {}
+    for name in MODELS:
+        chosen = ("ort-cpu", "openvino", "transformers.js") if name == "bert" else ()
+        settings = Settings(out_dir=str(out), benchmark=False, targets=chosen)
+        results[name] = convert_one(ManifestEntry(source=str(small_zoo / name)), settings)
+        assert results[name].passed, results[name].message
+    return results
+
+
+@pytest.fixture(scope="session")
+def folders(converted: dict[str, ConversionResult]) -> dict[str, Path]:
+    return {name: Path(r.artifacts_dir or "") for name, r in converted.items()}

@@ -1,0 +1,84 @@
+"""Target rows in the DB (migration 11: target_results, compat_by_target, target_signatures), db status, the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from zoo_convert.cli import cli
+from zoo_convert.manifest import SCHEMA, validate_table
+from zoo_convert.records import ConversionResult
+from zoo_convert.store import ResultStore
+from zoo_convert.store.queries import format_status, query, status
+from zoo_convert.store.schema import MIGRATIONS
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_target_rows_are_recorded_and_read(converted: dict[str, ConversionResult], tmp_path: Path) -> None:
+    assert MIGRATIONS[10].version == 11 and MIGRATIONS[10].name == "deployment targets"
+    store = ResultStore(tmp_path / "r.duckdb")
+    run_id = "run-1"
+    store.start_run(run_id, manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record(run_id, "bert-key", converted["bert"])
+    store.record(run_id, "bart-key", converted["bart"])
+    store.finish_run(run_id)
+    cols, rows = query(store, "SELECT target, variant, status, target_version, latency_ms, model_type, task"
+                              " FROM compat_by_target ORDER BY target, variant")  # fmt: skip
+    assert len(rows) == 9 and {r[2] for r in rows} == {"passed"} and {r[5] for r in rows} == {"bert"}
+    assert {r[0] for r in rows} == {"ort-cpu", "openvino", "transformers.js"}
+    text = format_status(status(store) or pytest.fail("no run"))
+    assert "openvino         3 of 3 variants passed (2026." in text
+    assert "transformers.js  3 of 3 variants passed (4.3.2), 0 failed, 0 unsupported, 0 not run" in text
+    _, sig = query(store, "SELECT count(*) FROM target_signatures")
+    assert sig == [(0,)]
+
+
+def test_target_failures_cluster_into_signatures(converted: dict[str, ConversionResult], folders: dict[str, Path],
+                                                 tmp_path: Path) -> None:  # fmt: skip
+    from dataclasses import replace
+
+    from zoo_convert import targets
+    from zoo_convert.targets import reference
+
+    rows = tuple(targets.check(targets.get("openvino"), reference.load(folders["bart"]), v) for v in ("fp32", "fp16"))
+    store = ResultStore(tmp_path / "r.duckdb")
+    run_id = "run-1"
+    store.start_run(run_id, manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record(run_id, "bart-key", replace(converted["bart"], targets=rows))
+    _, found = query(store, "SELECT target, status, n, signature FROM target_signatures ORDER BY signature")
+    assert [(t, s) for t, s, *_ in found] == [("openvino", "failed")] * len(found) and sum(r[2] for r in found) == 2
+    assert all("OpenVINO cannot compile" in r[3] and "<path>" not in r[3][:30] for r in found), found
+
+
+def test_verify_target_rechecks_a_folder(folders: dict[str, Path]) -> None:
+    done = CliRunner().invoke(cli, ["verify-target", str(folders["bert"]), "--target", "ort-cpu,openvino", "--variants", "fp32,int8"])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["ort-cpu", "ort-cpu", "openvino", "openvino"]
+    assert all(" passed " in ln and "max abs" in ln and " ms" in ln for ln in lines)
+    failed = CliRunner().invoke(cli, ["verify-target", str(folders["bart"]), "--target", "openvino", "--variants", "fp32"])
+    assert failed.exit_code == 1 and "failed" in failed.output and "decoder_model_merged.onnx" in failed.output
+    unsupported = CliRunner().invoke(cli, ["verify-target", str(folders["data2vec-text"]), "--target", "transformers.js",
+                                           "--variants", "fp32"])  # fmt: skip
+    assert unsupported.exit_code == 1 and " unsupported " in unsupported.output
+
+
+def test_verify_target_on_a_folder_without_reference_is_usage(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["verify-target", str(tmp_path), "--target", "ort-cpu"])
+    assert done.exit_code == 2 and "has no saved reference" in done.output
+    bad = CliRunner().invoke(cli, ["verify-target", str(tmp_path), "--target", "tflite"])
+    assert bad.exit_code == 2 and "unknown target" in bad.output
+
+
+def test_the_manifest_targets_column_is_validated(tmp_path: Path) -> None:
+    table = pa.Table.from_pylist(
+        [{"source": "org/a", "targets": ["openvino"]}, {"source": "org/b", "targets": ["tflite"]}, {"source": "org/c"}],
+        schema=pa.schema([f.with_nullable(True) for f in SCHEMA]),
+    )
+    found = validate_table(table, base_dir=tmp_path)
+    assert [e.targets for e in found.entries] == [("openvino",), None]
+    assert len(found.problems) == 1 and "unknown target" in str(found.problems[0])

@@ -1,0 +1,94 @@
+"""Target stage: every made variant checked on each deployment target, from the reference saved beside it.
+
+Runs after verify has judged the variants on ONNX Runtime, and never changes that verdict: each
+(variant, target) is its own :class:`~zoo_convert.records.TargetResult`. Each target runs in a
+short-lived forked child (:mod:`zoo_convert.stages.forked`): a runtime that crashes or hangs on a graph
+fails that target's rows, not the job. A variant ONNX Runtime failed is not run elsewhere
+(``not-run``, saying so); the reference the targets read is ``<artifacts>/reference/``
+(:mod:`zoo_convert.targets.reference`), written by verify before optimize.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import targets as registry
+from ..errors import first_line
+from .forked import run_forked, step
+from ..records import FAILED, NOT_RUN, ManifestEntry, Settings, TargetResult, VariantResult
+from ..targets import reference
+from ..targets.base import Target
+from . import Artifact, ExportedModel
+
+# A target's whole check of one job (every variant) may take this long before it is a failure.
+TIMEOUT_S = 300.0
+
+
+def chosen(entry: ManifestEntry, settings: Settings) -> tuple[str, ...]:
+    """The targets a job is checked on: the row's, else the run's, else every target installed on this node."""
+    if entry.targets is not None:
+        return entry.targets
+    if settings.targets is not None:
+        return settings.targets
+    return registry.installed()
+
+
+def record_variants(exported: ExportedModel, artifacts: dict[str, Artifact]) -> None:
+    """Write each made variant's graph files into the saved reference's manifest (before the folder's modes are set)."""
+    if not reference.exists(exported.out_dir):
+        return
+    made = {
+        v: {comp: str(path.relative_to(exported.out_dir)) for comp, path in a.files.items()}
+        for v, a in artifacts.items()
+        if "error" not in a.details
+    }
+    reference.add_variants(exported.out_dir, made)
+
+
+def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...]) -> list[TargetResult]:
+    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere."""
+    if not names or not reference.exists(exported.out_dir):
+        return []
+    ref = reference.load(exported.out_dir)
+    runnable = tuple(v.variant for v in variants if v.status != FAILED and v.variant in ref.variants)
+    rows: list[TargetResult] = []
+    for name in names:
+        try:
+            target = registry.get(name)
+        except KeyError as exc:
+            rows += [TargetResult(name, v.variant, NOT_RUN, message=str(exc.args[0])) for v in variants]
+            continue
+        rows += [TargetResult(name, v.variant, NOT_RUN, version=target.version(),
+                              message=f"not checked: {v.variant} failed verification on ONNX Runtime ({v.failure_kind})")
+                 for v in variants if v.variant not in runnable]  # fmt: skip
+        if not runnable:
+            continue
+
+        def run(target: Target = target) -> list[TargetResult]:
+            found = []
+            for variant in runnable:
+                step(target.name, f"checking {variant}")
+                found.append(registry.check(target, ref, variant))
+            return found
+
+        try:
+            rows += run_forked(run, timeout_s=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a target that crashes or hangs fails its own rows only
+            message = f"{name}: {first_line(exc)}"
+            rows += [TargetResult(name, v, FAILED, version=target.version(), message=message) for v in runnable]
+    order = {v.variant: i for i, v in enumerate(variants)}
+    return sorted(rows, key=lambda r: (order.get(r.variant, 99), names.index(r.target) if r.target in names else 99))
+
+
+def summary(rows: list[TargetResult]) -> dict[str, dict[str, int]]:
+    """target -> status -> rows, for the stage's details."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        out.setdefault(r.target, {}).setdefault(r.status, 0)
+        out[r.target][r.status] += 1
+    return out
+
+
+def without_checks(rows: list[TargetResult]) -> list[TargetResult]:
+    """The rows as recorded: per-output checks are dropped past the first 50 per row (huge models)."""
+    return [replace(r, checks=r.checks[:50]) for r in rows]

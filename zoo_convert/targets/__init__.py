@@ -1,0 +1,179 @@
+"""Deployment targets: the runtimes a variant is checked on, from the reference saved beside it.
+
+    ort-cpu          ONNX Runtime, CPU provider: today's check (the verdict that makes ``passed`` stays verify's)
+    openvino         the openvino package's CPU plugin, at f32 inference precision
+    transformers.js  the pinned @huggingface/transformers in node (tests/js), loading the folder by dtype name
+    ort-cuda         ONNX Runtime's CUDA provider (GPU nodes only; a CPU fallback is ``not-run``, never a GPU result)
+    ort-tensorrt     ONNX Runtime's TensorRT provider (likewise)
+
+Each is one module with a :class:`~.base.Target` and one :func:`register` line below.
+:func:`check` runs one variant on one target against a :class:`~.reference.Reference` and
+returns a :class:`~zoo_convert.records.TargetResult`; a target never changes the ORT verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MESSAGE_LIMIT, TargetError, TargetNotRun, TargetUnsupported, is_our_bug
+from ..records import FAILED, NOT_RUN, PASSED, UNSUPPORTED, OutputCheck, TargetResult, Tolerance
+from .base import Target
+from .reference import Reference, SavedCase, SavedOutput
+
+# Timed calls of a target's first case, after the checks warmed it up.
+TIMED_CALLS = 5
+
+_REGISTRY: dict[str, Target] = {}
+
+
+def register(target: Target) -> Target:
+    """Make ``target`` known by its name (``--targets``, the manifest column, ``verify-target``)."""
+    _REGISTRY[target.name] = target
+    return target
+
+
+def names() -> tuple[str, ...]:
+    """Every registered target, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Target:
+    """The registered target of that name; KeyError naming the known ones."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown target {name!r}: known are {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def installed() -> tuple[str, ...]:
+    """The targets that can run on this node: the default set of a job."""
+    return tuple(name for name, t in _REGISTRY.items() if t.unavailable() is None)
+
+
+def check(target: Target, reference: Reference, variant: str, *, timed: int = TIMED_CALLS) -> TargetResult:
+    """``variant`` of ``reference.folder`` on ``target``: every saved case against PyTorch's outputs, at the variant's tolerance.
+
+    A wrong output shape is a failure; an error the runtime raises is the row's message.
+    """
+    t0 = time.perf_counter()
+    version = target.version()
+    base = TargetResult(target=target.name, variant=variant, status=NOT_RUN, version=version)
+
+    def done(result: TargetResult) -> TargetResult:
+        message = result.message
+        if message is not None and len(message) > MESSAGE_LIMIT:
+            message = message[:MESSAGE_LIMIT] + " ..."
+        return TargetResult(**{**result.__dict__, "message": message, "seconds": round(time.perf_counter() - t0, 4)})
+
+    why = target.unavailable()
+    if why is not None:
+        return done(TargetResult(**{**base.__dict__, "message": why}))
+    tol = reference.tolerances.get(variant)
+    files = reference.files(variant)
+    if tol is None or not files:
+        return done(TargetResult(**{**base.__dict__, "message": f"the saved reference has no {variant} graphs"}))
+    try:
+        loaded = target.load(reference.folder, variant, files)
+    except TargetError as exc:
+        return done(TargetResult(**{**base.__dict__, "status": _status(exc), "message": str(exc)}))
+    try:
+        answers, seconds = loaded.run_all(reference.cases, timed=timed)
+    except TargetError as exc:
+        return done(TargetResult(**{**base.__dict__, "status": _status(exc), "message": str(exc),
+                                    "providers": loaded.providers}))  # fmt: skip
+    finally:
+        loaded.close()
+    checks: list[OutputCheck] = []
+    errors: list[str] = []
+    for case, answer in zip(reference.cases, answers, strict=True):
+        if isinstance(answer, TargetNotRun):
+            return done(TargetResult(**{**base.__dict__, "message": str(answer), "providers": loaded.providers}))
+        if isinstance(answer, TargetError):
+            errors.append(f"{case.component} at {case.label}: {answer}")
+            continue
+        checks += [compare_saved(case, out, answer.get(out.name), tol) for out in case.outputs]
+    latency = round(float(np.median(seconds)) * 1000, 4) if seconds else None
+    numbers = {
+        "max_abs": max((c.max_abs for c in checks), default=None),
+        "min_cosine": min((c.cosine for c in checks), default=None),
+    }
+    failed = [c for c in checks if not c.passed]
+    if errors:
+        status, message = FAILED, f"{target.name} failed on {'; '.join(errors)}"
+    elif failed:
+        status, message = FAILED, _worst(failed, tol)
+    else:
+        status, message = PASSED, None
+    return done(TargetResult(target=target.name, variant=variant, status=status, version=version, message=message,
+                             latency_ms=latency, providers=loaded.providers, checks=tuple(checks),
+                             **numbers))  # fmt: skip
+
+
+def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol: Tolerance) -> OutputCheck:
+    """One output of a target's answer against the saved reference; its full shape must be the reference's."""
+    from ..verify.compare import compare
+
+    name = f"{case.component}/{out.name}"
+    if got is None:
+        return OutputCheck(name, case.label, float("inf"), float("inf"), float("inf"), 0.0, passed=False,
+                           mismatch="output missing")  # fmt: skip
+    got = np.asarray(got)
+    if tuple(got.shape) != out.shape:
+        return OutputCheck(name, case.label, float("inf"), float("inf"), float("inf"), 0.0, passed=False,
+                           mismatch=f"shape {_dims(got.shape)} from the target, {_dims(out.shape)} in PyTorch")  # fmt: skip
+    if out.index is not None:
+        return compare(name, case.label, out.values, got.ravel()[out.index], tol)
+    return compare(name, case.label, out.values, got, tol, keep=out.keep)
+
+
+def _worst(failed: list[OutputCheck], tol: Tolerance) -> str:
+    worst = max(failed, key=lambda c: (np.nan_to_num(c.max_abs, nan=np.inf), -c.cosine))
+    if worst.mismatch:
+        return f"{worst.output} at {worst.shape}: {worst.mismatch}"
+    return (f"{worst.output} at {worst.shape}: max abs {worst.max_abs:.3g} (tolerance {tol.max_abs:.3g}),"
+            f" cosine {worst.cosine:.6f} (tolerance {tol.min_cosine}); {len(failed)} check(s) failed")  # fmt: skip
+
+
+def _status(exc: TargetError) -> str:
+    if isinstance(exc, TargetUnsupported):
+        return UNSUPPORTED
+    if isinstance(exc, TargetNotRun):
+        return NOT_RUN
+    return FAILED
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def check_folder(folder: Path, target: str, variants: tuple[str, ...] | None = None) -> list[TargetResult]:
+    """Every variant (or those asked) of an artifact folder on one target, from its saved reference."""
+    reference = _load(folder)
+    chosen = variants or tuple(reference.variants)
+    return [check(get(target), reference, v) for v in chosen]
+
+
+def _load(folder: Path) -> Reference:
+    from .reference import load
+
+    return load(folder)
+
+
+def internal(exc: BaseException) -> bool:
+    """Whether a target's exception is a bug of ours rather than the runtime's."""
+    return is_our_bug(exc)
+
+
+def _register_builtin() -> None:
+    from .ort_cpu import OrtCpu
+    from .ort_gpu import OrtCuda, OrtTensorRT
+    from .openvino import OpenVINO
+    from .transformers_js import TransformersJs
+
+    for target in (OrtCpu(), OpenVINO(), TransformersJs(), OrtCuda(), OrtTensorRT()):
+        register(target)
+
+
+_register_builtin()

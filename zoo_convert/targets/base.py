@@ -1,0 +1,115 @@
+"""The one interface every deployment target implements, and the errors it answers with.
+
+A target loads one variant's graph files and runs saved cases (:mod:`.reference`) on them,
+returning each output as numpy, or raising the runtime's own error (the errors live in
+:mod:`zoo_convert.errors`):
+
+* :class:`TargetUnsupported`: the runtime has no code for this model at all ("not an
+  architecture transformers.js knows"): the result is ``unsupported``, never ``failed``;
+* :class:`TargetNotRun`: the target cannot run on this node (not installed, no device, or
+  the runtime fell back to another device than the one it names): ``not-run``;
+* :class:`TargetError`: the runtime failed to compile or run it: ``failed``, with its message.
+
+Adding a target is one module with one :class:`Target` subclass and one
+``registry.register(...)`` line in :mod:`zoo_convert.targets`.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import TargetError as TargetError
+from ..errors import TargetNotRun as TargetNotRun
+from ..errors import TargetUnsupported as TargetUnsupported
+from .reference import SavedCase
+
+# One case's outputs by graph output name, and the seconds of each timed call (empty when not timed).
+Outputs = dict[str, np.ndarray]
+
+
+class Loaded(ABC):
+    """One variant's graphs loaded in a target: run cases, then close.
+
+    Attributes:
+        providers: what really runs the graphs (ONNX Runtime's session providers, OpenVINO's device).
+    """
+
+    providers: str | None = None
+
+    @abstractmethod
+    def run(self, case: SavedCase) -> Outputs:
+        """The case's outputs (every output the case checks); TargetError with the runtime's message."""
+
+    def run_all(self, cases: Sequence[SavedCase], *, timed: int = 0) -> tuple[list[Outputs | TargetError], list[float]]:
+        """Every case's outputs or error, and ``timed`` timed calls of the first case (seconds each)."""
+        answers: list[Outputs | TargetError] = []
+        for case in cases:
+            try:
+                answers.append(self.run(case))
+            except TargetError as exc:
+                answers.append(exc)
+        seconds = []
+        if cases and timed and not isinstance(answers[0], TargetError):
+            for _ in range(timed):
+                t0 = time.perf_counter()
+                self.run(cases[0])
+                seconds.append(time.perf_counter() - t0)
+        return answers, seconds
+
+    def close(self) -> None:  # noqa: B027 - most runtimes free on garbage collection
+        """Free the runtime's sessions."""
+
+
+class Target(ABC):
+    """A runtime a variant can be deployed on.
+
+    Attributes:
+        name: the registered name (``--targets``, the manifest's ``targets`` column, the record).
+        gpu: it needs a GPU (scheduled only on GPU nodes; never "installed" on a CPU node).
+    """
+
+    name: str = ""
+    gpu: bool = False
+
+    @abstractmethod
+    def version(self) -> str | None:
+        """The runtime's version; None when it is not installed on this node."""
+
+    def unavailable(self) -> str | None:
+        """Why it cannot run on this node, or None when it can."""
+        return None if self.version() is not None else f"{self.name} is not installed on this node"
+
+    @abstractmethod
+    def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
+        """``variant``'s graphs (component -> file) of the artifact folder ``folder``, ready to run."""
+
+
+def graph_input_types(path: Path) -> dict[str, Any]:
+    """Graph input name -> numpy dtype, as the ONNX file declares (an fp16 graph takes float16)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return {
+        i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        for i in model.graph.input
+        if i.type.HasField("tensor_type")
+    }
+
+
+def cast_feed(feed: dict[str, np.ndarray], types: dict[str, Any], component: str) -> dict[str, np.ndarray]:
+    """The saved feed for a graph: only its inputs, float ones cast to its declared float type."""
+    out = {}
+    for name, dtype in types.items():
+        if name not in feed:
+            raise TargetError(f"{component}: graph input {name!r} has no saved value")
+        value = feed[name]
+        if value.dtype.kind == "f" and np.dtype(dtype).kind == "f" and value.dtype != dtype:
+            value = value.astype(dtype)
+        out[name] = value
+    return out
