@@ -93,7 +93,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             details.update(check.check(exported))
         with run.stage("verify") as details:
             # What the user changed of verify's defaults, in the record: its shapes and the fp32 tolerance.
-            details.update(shapes=dict(settings.shapes), fp32_max_abs=settings.tolerances["fp32"].max_abs)
+            fp32 = settings.tolerances["fp32"]
+            details.update(shapes=dict(settings.shapes), fp32_max_abs=fp32.max_abs, fp32_rtol=fp32.rtol)
             missing = _references(exported, settings, details)
         if settings.benchmark and missing is None and benchmark.too_big_to_hold(exported, settings):
             # PyTorch's side now, alone: optimize's children would add each variant's copy to the torch model.
