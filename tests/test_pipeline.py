@@ -554,8 +554,8 @@ def test_the_benchmark_inputs_cost_no_pytorch_forward(zoo_dir: Path, tmp_path: P
     made: list[tuple[int, bool, int]] = []
     real = runtime._make_case
 
-    def recorded(exported, comp, config, branch, outputs, kwargs, settings, reference=True):
-        case = real(exported, comp, config, branch, outputs, kwargs, settings, reference)
+    def recorded(exported, comp, config, branch, outputs, kwargs, settings, reference=True, encoded=None):
+        case = real(exported, comp, config, branch, outputs, kwargs, settings, reference, encoded)
         made.append((kwargs["sequence_length"], reference, len(case.reference)))
         return case
 
