@@ -40,7 +40,7 @@ function jobStatus(jobStatus, variantStatuses) {
 // The median is taken over the calm fp32 latencies only: say over how many models, and why the others are out.
 function speedupNote(h) {
   const notTimed = h.models - h.speedup_n - h.speedup_noisy;
-  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (spread > ${num(100 * DATA.noisy_spread, 2)}% or load above the cores)` : null,
+  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (spread > ${num(100 * DATA.noisy_spread, 2)}% or other processes on the CPUs it needed)` : null,
     notTimed ? `${notTimed} not timed (fp32 not verified, or no latency)` : null].filter(Boolean);
   return `median fp32 speedup vs PyTorch over ${h.speedup_n} of ${h.models} models`
     + (out.length ? `; ${h.models - h.speedup_n} left out: ${out.join(", ")}` : "");
@@ -415,7 +415,7 @@ function conditions(v) {
   if (v.bench_note) return v.bench_note;
   if (v.bench_threads == null) return "";
   const spread = [v.ort_spread, v.torch_spread].filter((s) => s != null).map((s) => num(100 * s, 2) + "%").join(" / ");
-  return `${v.bench_threads} thread(s) · ${v.bench_shape ?? "?"} · ${v.bench_cpu ?? "?"} · load ${num(v.bench_load, 2)}`
+  return `${v.bench_threads} thread(s) · ${v.bench_shape ?? "?"} · ${v.bench_cpu ?? "?"} · others busy on ${num(v.bench_load, 2)} CPUs`
     + (spread ? ` · spread ${spread}` : "") + (v.bench_noisy ? " · noisy: left out of the speedups" : "");
 }
 
