@@ -211,7 +211,7 @@ function renderFailures() {
     DATA.signatures, "no failures");
   $("#target-signatures").innerHTML = table(
     [["target", (s) => esc(s.target)], ["status", (s) => badge(s.status)], ["n", (s) => s.n, true], ["models", (s) => s.models, true],
-     ["signature", (s) => `<span class="msg" title="${esc(s.example)}">${esc(s.signature)}</span>`],
+     ["signature", (s) => `<span class="msg clamp" title="${esc(s.example)}">${esc(s.signature)}</span>`],
      ["e.g.", (s) => `<span title="${esc(s.sample_models.join("\n"))}">${esc((s.sample_names || s.sample_models).join(", "))}</span>`]],
     DATA.target_signatures || [], "no failures on the deployment targets (or none checked)");
   const h = DATA.headline;
