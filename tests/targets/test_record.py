@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def test_target_rows_are_recorded_and_read(converted: dict[str, ConversionResult], tmp_path: Path) -> None:
     assert MIGRATIONS[10].version == 11 and MIGRATIONS[10].name == "deployment targets"
-    assert MIGRATIONS[11].version == 12 and MIGRATIONS[11].name == "target graph"
+    assert MIGRATIONS[12].version == 13 and MIGRATIONS[12].name == "target graph"
     store = ResultStore(tmp_path / "r.duckdb")
     run_id = "run-1"
     store.start_run(run_id, manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
