@@ -32,8 +32,13 @@ from typing import Any
 
 
 def folders(root: Path) -> list[Path]:
-    """Artifact folders under ``root`` that hold a saved reference."""
-    return sorted(p.parent.parent for p in root.glob("*/*/reference/manifest.json"))
+    """Artifact folders under ``root`` that hold a saved reference: the newest job folder of each model."""
+    newest: dict[Path, Path] = {}
+    for manifest in root.glob("*/*/reference/manifest.json"):
+        job = manifest.parent.parent
+        if job.parent not in newest or manifest.stat().st_mtime > (newest[job.parent] / "reference" / "manifest.json").stat().st_mtime:
+            newest[job.parent] = job
+    return sorted(newest.values())
 
 
 def check_folder(folder: Path, targets: list[str], variants: list[str] | None) -> list[dict[str, Any]]:

@@ -85,3 +85,22 @@ def test_the_manifest_targets_column_is_validated(tmp_path: Path) -> None:
     found = validate_table(table, base_dir=tmp_path)
     assert [e.targets for e in found.entries] == [("openvino",), None]
     assert len(found.problems) == 1 and "unknown target" in str(found.problems[0])
+
+
+def test_publishing_carries_the_standard_graphs_the_saved_reference_names(converted: dict[str, ConversionResult],
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    """A published folder is re-checked by verify-target: its reference names onnx/standard/, so those ship too."""
+    import json
+
+    from zoo_convert.publish import load_candidates
+    from zoo_convert.publish.files import repo_files
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("run-1", manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record("run-1", "clip-key", converted["clip"])
+    store.finish_run("run-1")
+    (candidate,) = load_candidates(store, "run-1")
+    files = repo_files(candidate)
+    manifest = json.loads(files["reference/manifest.json"].read_text())
+    named = {f for graphs in (*manifest["variants"].values(), *manifest["standard"].values()) for f in graphs.values()}
+    assert {"onnx/standard/model.onnx", "onnx/standard/model_fp16.onnx"} <= named <= set(files)
