@@ -11,6 +11,7 @@ fails that target's rows, not the job. A variant ONNX Runtime failed is not run 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from .. import targets as registry
 from ..errors import first_line
@@ -37,12 +38,19 @@ def record_variants(exported: ExportedModel, artifacts: dict[str, Artifact]) -> 
     """Write each made variant's graph files into the saved reference's manifest (before the folder's modes are set)."""
     if not reference.exists(exported.out_dir):
         return
-    made = {
-        v: {comp: str(path.relative_to(exported.out_dir)) for comp, path in a.files.items()}
-        for v, a in artifacts.items()
-        if "error" not in a.details
+    done = {v: a for v, a in artifacts.items() if "error" not in a.details}
+    made = {v: {comp: _rel(exported, path) for comp, path in a.files.items()} for v, a in done.items()}
+    # A variant's graphs of standard ONNX ops: its own where they hold no contrib op, else those written beside them.
+    standard = {
+        v: {comp: _rel(exported, a.standard.get(comp, path)) for comp, path in a.files.items()}
+        for v, a in done.items()
+        if all(comp in a.standard or not a.details["components"].get(comp, {}).get("contrib_ops") for comp in a.files)
     }
-    reference.add_variants(exported.out_dir, made)
+    reference.add_variants(exported.out_dir, made, standard)
+
+
+def _rel(exported: ExportedModel, path: Path) -> str:
+    return str(path.relative_to(exported.out_dir))
 
 
 def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...]) -> list[TargetResult]:

@@ -71,9 +71,10 @@ def check(target: Target, reference: Reference, variant: str, *, timed: int = TI
     if why is not None:
         return done(TargetResult(**{**base.__dict__, "message": why}))
     tol = reference.tolerances.get(variant)
-    files = reference.files(variant)
+    files = reference.files(variant, standard=target.standard_ops)
     if tol is None or not files:
         return done(TargetResult(**{**base.__dict__, "message": f"the saved reference has no {variant} graphs"}))
+    base = TargetResult(**{**base.__dict__, "graph": ",".join(str(p.relative_to(reference.folder)) for p in files.values())})
     try:
         loaded = target.load(reference.folder, variant, files)
     except TargetError as exc:
@@ -107,7 +108,7 @@ def check(target: Target, reference: Reference, variant: str, *, timed: int = TI
     else:
         status, message = PASSED, None
     return done(TargetResult(target=target.name, variant=variant, status=status, version=version, message=message,
-                             latency_ms=latency, providers=loaded.providers, checks=tuple(checks),
+                             latency_ms=latency, providers=loaded.providers, checks=tuple(checks), graph=base.graph,
                              **numbers))  # fmt: skip
 
 

@@ -72,10 +72,14 @@ class Target(ABC):
     Attributes:
         name: the registered name (``--targets``, the manifest's ``targets`` column, the record).
         gpu: it needs a GPU (scheduled only on GPU nodes; never "installed" on a CPU node).
+        standard_ops: it is given a variant's graphs of standard ONNX ops where the folder records
+            them (``reference.standard``), not ONNX Runtime's fused ones: a runtime other than ONNX
+            Runtime, which has no kernels for its contrib ops.
     """
 
     name: str = ""
     gpu: bool = False
+    standard_ops: bool = False
 
     @abstractmethod
     def version(self) -> str | None:

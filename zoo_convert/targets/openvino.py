@@ -62,6 +62,7 @@ class OpenVINO(Target):
     """OpenVINO's CPU plugin, reading the ONNX graphs with its ONNX frontend."""
 
     name = "openvino"
+    standard_ops = True  # ONNX Runtime's contrib ops (FusedMatMul, QuickGelu, ...) translate badly or not at all
 
     def version(self) -> str | None:
         try:
