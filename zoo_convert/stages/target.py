@@ -45,8 +45,12 @@ def record_variants(exported: ExportedModel, artifacts: dict[str, Artifact]) -> 
     reference.add_variants(exported.out_dir, made)
 
 
-def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...]) -> list[TargetResult]:
-    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere."""
+def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...], *,
+          timed: int = 0) -> list[TargetResult]:  # fmt: skip
+    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere.
+
+    ``timed`` calls of each variant's first case give its ``latency_ms``; a job times none (None): it runs beside
+    the node's other conversions, where a latency means little (docs/targets.md)."""
     if not names or not reference.exists(exported.out_dir):
         return []
     ref = reference.load(exported.out_dir)
@@ -65,11 +69,10 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
             continue
 
         def run(target: Target = target) -> list[TargetResult]:
-            found = []
-            for variant in runnable:
+            def doing(variant: str) -> None:
                 step(target.name, f"checking {variant}")
-                found.append(registry.check(target, ref, variant))
-            return found
+
+            return registry.check_variants(target, ref, runnable, timed=timed, doing=doing)
 
         try:
             rows += run_forked(run, timeout_s=TIMEOUT_S)
