@@ -64,3 +64,28 @@ def test_a_check_forked_after_openvino_is_preloaded_compiles_and_runs(folders: d
     OpenVINO().preload()
     rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("openvino",))  # type: ignore[arg-type]
     assert [r.status for r in rows] == ["passed"] * 3, rows
+
+
+def test_a_model_type_transformers_js_lacks_is_unsupported_without_starting_node(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preloaded (the fork server asks node once), the known model types answer "no architecture" with node's words."""
+    starts = tmp_path / "node-starts"
+    real = TransformersJs.node_run
+
+    def counted(self: TransformersJs, job: Path) -> dict[str, Any]:
+        with starts.open("a") as f:
+            f.write(f"{job}\n")
+        return real(self, job)
+
+    monkeypatch.setattr(TransformersJs, "node_run", counted)
+    cold = targets.check(TransformersJs(), reference.load(folders["data2vec-text"]), "fp32")
+    assert len(starts.read_text().splitlines()) == 1  # without the preload, node says it
+    warm = TransformersJs()
+    warm.preload()
+    assert warm.known is not None and "bert" in warm.known and "data2vec-text" not in warm.known
+    rows = targets.check_variants(warm, reference.load(folders["data2vec-text"]), ("fp32", "int8"))
+    assert [(r.status, r.message) for r in rows] == [(cold.status, cold.message)] * 2 == [("unsupported", cold.message)] * 2
+    assert len(starts.read_text().splitlines()) == 1  # no node start for it
+    assert targets.check(warm, reference.load(folders["bert"]), "fp32").status == "passed"
+    assert len(starts.read_text().splitlines()) == 2

@@ -6,12 +6,13 @@
 // Prints JSON: {"unsupported": msg} | {"error": msg} | {"ms": {"import", "config"}, "variants": [{"error": msg, "ms"} |
 //   {"sessions": {...}, "cases": [{"outputs": [...]} | {"error"}], "seconds": [...], "ms": {"load", "cases", "timed"}}]},
 // the variants in the job's order. Each output is written raw (little-endian) to OUT/case-N-M.bin.
+// node transformers_js.mjs NODE_MODULES --known: prints the model types it has an architecture for, as a JSON list.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const [modules, jobPath] = process.argv.slice(2);
-const job = JSON.parse(readFileSync(jobPath, "utf8"));
+const job = jobPath === "--known" ? { root: "." } : JSON.parse(readFileSync(jobPath, "utf8"));
 let clock = performance.now();
 const lap = () => {
   const now = performance.now();
@@ -44,6 +45,12 @@ function known(modelType) {
   return AutoModel.MODEL_CLASS_MAPPINGS.some(
     (m) => m.has(modelType) || [...m.values()].some((cls) => cls[0] === modelType),
   );
+}
+
+function knownTypes() {
+  const types = new Set();
+  for (const m of AutoModel.MODEL_CLASS_MAPPINGS) for (const [key, cls] of m) types.add(key).add(cls[0]);
+  return [...types].sort();
 }
 
 async function variant(v) {
@@ -112,4 +119,4 @@ async function main() {
   return { ms, variants };
 }
 
-process.stdout.write(JSON.stringify(await main()));
+process.stdout.write(JSON.stringify(jobPath === "--known" ? knownTypes() : await main()));
