@@ -61,7 +61,7 @@ def test_the_card_states_the_conditions_of_each_latency_and_leaves_noisy_ones_ou
     assert "37.90" not in card and "0.53x" not in card, "a noisy figure is never shown"
     assert "| - | - | - |" in table["fp16"] and "| - | - | - |" in table["int8"]
     conditions = card[card.index("Latency conditions") :]
-    assert f"- fp32: batch x length 1x128, 1 thread, {CPU}, load average 0.50, ORT 20 runs, spread 3%" in conditions
+    assert f"- fp32: batch x length 1x128, 1 thread, {CPU}, other processes busy on 0.50 CPUs, ORT 20 runs, spread 3%" in conditions
     assert "- fp16: latency left out, measured under noise (" in conditions and "spread 42%" in conditions
     assert "- int8: no latency (not timed: RuntimeError: no kernel)." in conditions
 
@@ -113,6 +113,7 @@ def test_the_card_names_the_library_each_repo_is_for(tmp_path: Path) -> None:
     assert "With [Transformers.js]" in plain.text
     # The sentence-transformers modules travel with the repo: it is a sentence-transformers repo.
     (tmp_path / "modules.json").write_text("[]")
+    (tmp_path / "tokenizer.json").write_text("{}")  # what transformers.js's feature-extraction pipeline reads
     st = card(_candidate(library="transformers", artifacts_dir=str(tmp_path)))
     assert st.data.library_name == "sentence-transformers" and "transformers.js" in st.data.tags
     assert "SentenceTransformer(" in st.text

@@ -273,17 +273,21 @@ def test_convert_shape_overrides_and_atol_as_optimum_cli_spells_them_are_used_an
         assert proc.stdout, proc.stderr
         return json.loads(proc.stdout)
 
-    record = convert("--batch-size", "2", "--sequence-length", "11", "--atol", "1e-3")
+    record = convert("--batch-size", "2", "--sequence-length", "11", "--atol", "1e-3", "--rtol", "2e-3")
     assert record["status"] == "passed", record["message"]
     fp32 = record["variants"][0]
     assert {o["shape"] for o in fp32["outputs"]} == {"2x11"} and fp32["bench_shape"] == "2x11"
     (verify,) = [s for s in record["stages"] if s["stage"] == "verify" and "variant" not in s["details"]]
     assert verify["details"]["shapes"] == {"batch_size": 2, "sequence_length": 11}
-    assert verify["details"]["fp32_max_abs"] == 1e-3
+    assert verify["details"]["fp32_max_abs"] == 1e-3 and verify["details"]["fp32_rtol"] == 2e-3
     # A tolerance no float32 graph meets fails the fp32 graph, saying the tolerance it missed.
-    strict = convert("--atol", "1e-12", "--no-benchmark")
+    strict = convert("--atol", "1e-12", "--rtol", "0", "--no-benchmark")
     assert strict["status"] == "failed" and "(tolerance 1e-12)" in strict["message"], strict["message"]
+    scaled = convert("--atol", "1e-12", "--rtol", "1e-9", "--no-benchmark")
+    assert "(tolerance 1e-12 + 1e-09·|PyTorch|)" in scaled["message"], scaled["message"]
+    refused = CliRunner().invoke(cli, ["convert", str(zoo_dir / "bert"), "--out", str(tmp_path), "--rtol", "nan"])
+    assert refused.exit_code == 2 and "must be a number" in refused.output, refused.output
     for command in ("convert", "run"):
         shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
         assert all(f"--{o} " in shown for o in ("batch-size", "sequence-length", "height", "width", "num-channels",
-                                                "audio-sequence-length", "feature-size", "nb-max-frames", "atol"))
+                                                "audio-sequence-length", "feature-size", "nb-max-frames", "atol", "rtol"))

@@ -155,3 +155,18 @@ def test_a_vocabulary_other_tokenizer_classes_name_is_fetched_and_copied(tmp_pat
         (tmp_path / name).write_text("{}")
     assert {p.name for p in sources.side_files(tmp_path)} == {"config.json", *names}  # never a pickled vocab.pkl
     assert set(filter_repo_objects(names, allow_patterns=fetch.SIDE_FILES)) == set(names)
+
+
+def test_an_image_processor_that_needs_more_than_an_image_is_not_a_broken_file(tmp_path: Path) -> None:
+    """ViTPose's processor loads and needs the person boxes to run: the check refused the folder as
+    "preprocessor_config.json ... does not load: missing 1 required positional argument: 'boxes'" (issue 33, item 3)."""
+    from transformers import VitPoseImageProcessor
+
+    from zoo_convert.verify.loadable import _preprocessor
+
+    VitPoseImageProcessor().save_pretrained(tmp_path)
+    assert type(_preprocessor("AutoImageProcessor", tmp_path, False)).__name__ == "VitPoseImageProcessor"
+    # a file that is broken still is
+    (tmp_path / "preprocessor_config.json").write_text('{"image_processor_type": "VitPoseImageProcessor", ')
+    with pytest.raises(Exception):  # noqa: B017 - whatever transformers raises for it
+        _preprocessor("AutoImageProcessor", tmp_path, False)

@@ -59,6 +59,56 @@ def test_a_graph_copy_cut_short_by_a_full_disk_is_storage_error_not_a_corrupt_mo
     assert check(exported)["model"]["value_infos"] > 0  # room made: the same graph checks
 
 
+def test_a_copy_cut_past_the_graphs_own_size_is_storage_error_too(models: Path, tiny_disk) -> None:
+    """gpt2's graph is 82 KB with its weights beside it; its inferred copy cut at ~100 KB passed the size check
+    and was read back as a corrupt model (``internal``, DecodeError). What is read back is now walked whole first."""
+    from zoo_convert.errors import storage_fault
+    from zoo_convert.stages.check import check
+    from zoo_convert.stages.export import export
+    from zoo_convert.stages.fetch import fetch
+
+    out = tiny_disk("size=8m")
+    entry = ManifestEntry(source=str(models / "gpt2"), task="text-generation")
+    exported = export(fetch(entry, Settings()), entry, Settings(), out / "gpt2")
+    graph = exported.components[0].path
+    _fill(out, leave=graph.stat().st_size + 16 * 1024)  # more than the graph, less than its inferred copy
+    with pytest.raises(OSError) as info:
+        check(exported)
+    fault = storage_fault(info.value)
+    assert fault is not None and "onnx shape inference wrote" in str(fault) and "cut short" in str(fault), info.value
+    (out / "filler").unlink()
+    assert check(exported)["model"]["value_infos"] > 0
+
+
+def test_a_graph_an_exporter_left_cut_short_is_the_disks_fault(models: Path, tiny_disk) -> None:
+    """What a writer we do not control wrote is read back before anything reads it: cut short on a full file
+    system is ENOSPC, on one with room a failing write (EIO); both are storage_error, redone by the next run."""
+    import errno
+
+    from zoo_convert import onnx_graph
+    from zoo_convert.stages.export import _read_back, export
+    from zoo_convert.stages.fetch import fetch
+
+    out = tiny_disk("size=8m")
+    entry = ManifestEntry(source=str(models / "gpt2"), task="text-generation")
+    exported = export(fetch(entry, Settings()), entry, Settings(), out / "gpt2")
+    graph, data = exported.components[0].path, onnx_graph.data_path(exported.components[0].path)
+    _read_back(graph.parent, "optimum")  # whole: nothing to say
+    whole = data.read_bytes()
+    data.write_bytes(whole[: len(whole) // 2])  # the weights cut short
+    with pytest.raises(OSError) as info:
+        _read_back(graph.parent, "optimum")
+    assert info.value.errno == errno.EIO and "its data file model.onnx_data is" in str(info.value)
+    data.write_bytes(whole)
+    graph.write_bytes(graph.read_bytes()[:-100])  # the graph itself, on a full disk
+    _fill(out, leave=0)
+    with pytest.raises(OSError) as info:
+        _read_back(graph.parent, "optimum")
+    assert info.value.errno == errno.ENOSPC, info.value
+    assert "the optimum exporter wrote model.onnx cut short" in str(info.value)
+    assert onnx_graph.unread(out / "filler") is None  # bytes that are no protobuf at all are not a cut
+
+
 def test_a_job_the_disk_failed_leaves_no_folder_behind(models: Path, tiny_disk) -> None:
     """The transient tries of a job on a full disk each left a folder; none was ever pointed at by a result."""
     out = tiny_disk("size=700k")  # gpt2's export fits, its check's copy or optimize does not

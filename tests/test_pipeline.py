@@ -448,7 +448,7 @@ def test_one_variant_that_cannot_be_timed_keeps_its_status_and_the_others_are_ti
     assert fp32.ort_p50_ms and fp32.bench_note is None
 
 
-def test_latency_is_measured_once_interleaved_and_records_its_conditions(
+def test_latency_is_measured_once_side_by_side_and_records_its_conditions(
     zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PyTorch timed once for the job (the same figures on every row); each figure says how it was taken;
@@ -472,7 +472,7 @@ def test_latency_is_measured_once_interleaved_and_records_its_conditions(
     torch_figures = {(v.torch_p50_ms, v.torch_p90_ms, v.torch_runs, v.torch_spread) for v in result.variants}
     assert len(torch_figures) == 1
     for v in result.variants:
-        assert v.ort_runs == v.torch_runs == FAST["bench_runs"], v.variant
+        assert v.ort_runs >= FAST["bench_runs"] and v.torch_runs >= FAST["bench_runs"], v.variant
         assert v.ort_spread is not None and v.torch_spread is not None
         assert v.bench_threads == 1 and v.bench_shape == "1x128" and v.bench_cpu and v.bench_load is not None
         assert isinstance(v.bench_noisy, bool) and v.bench_note is None
@@ -520,7 +520,7 @@ def test_a_model_too_big_to_hold_is_timed_in_pytorch_before_optimize_and_release
     assert len({(v.torch_p50_ms, v.torch_runs) for v in result.variants}) == 1
     for v in result.variants:
         assert v.torch_p50_ms and v.ort_p50_ms and v.speedup, v.variant
-        assert v.ort_runs == v.torch_runs == FAST["bench_runs"] and v.bench_note is None
+        assert min(v.ort_runs, v.torch_runs) >= FAST["bench_runs"] and v.bench_note is None
 
 
 def _watch_torch(monkeypatch: pytest.MonkeyPatch, seen: dict[str, object], observe: Any) -> None:

@@ -11,7 +11,7 @@ def test_the_summary_shows_each_latencys_conditions_and_why_one_is_missing() -> 
                           bench_load=3.2, bench_noisy=True)  # fmt: skip  # PyTorch could not be timed
     empty = VariantResult("int8", "passed", bench_note="not timed: RuntimeError: no kernel")
     text = summary(ConversionResult(source="zoo/bert", status="passed", variants=(timed, empty)))
-    assert "ort p50=1.50ms torch p50=- speedup=-  (1x128, 1 thr, load 3.2, NOISY)" in text
+    assert "ort p50=1.50ms torch p50=- speedup=-  (1x128, 1 thr, others on 3.2 CPUs, NOISY)" in text
     assert "latency empty: not timed: RuntimeError: no kernel" in text
 
 

@@ -106,6 +106,36 @@ def _image_batch_like(folder: Path, shape: tuple[int, ...]) -> np.ndarray:
     return torch.stack([transform(im) for im in sample_images(shape[0], shape[2], shape[3])]).numpy()
 
 
+def test_logits_at_a_trained_models_scale_pass_within_the_relative_bound(timm_zoo: Path, tmp_path: Path) -> None:
+    """Trained heads give logits in the tens to thousands (issue 33: hardcorenas_b, selecsls60): fp32 rounding
+    then exceeds 1e-4 while its relative error is ~1e-6. Every variant's bound follows the output's scale;
+    what an element used of it is recorded per check, in the DB too."""
+    from zoo_convert.store import ResultStore
+
+    folder = tmp_path / "scaled-head"
+    shutil.copytree(timm_zoo / "timm-resnet18", folder)
+    state = safetensors.torch.load_file(folder / "model.safetensors")
+    state = {k: v * 2000 if k.startswith("fc.") else v for k, v in state.items()}
+    safetensors.torch.save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    result = convert_one(ManifestEntry(source=str(folder)), _settings(tmp_path))
+    fp32 = result.variant("fp32")
+    assert fp32.max_abs is not None and fp32.max_abs > 1e-4  # past the old absolute-only bound
+    assert [(v.variant, v.status) for v in result.variants] == [("fp32", "passed"), ("fp16", "passed"), ("int8", "passed")], [
+        v.message for v in result.variants
+    ]
+    assert all(0 < o.bound_used <= 1 for v in result.variants[:2] for o in v.outputs)
+    assert all(o.bound_used == 0 for o in result.variant("int8").outputs)  # int8 has no elementwise bound
+    (verify,) = [s for s in result.stages if s.stage == "verify" and "variant" not in s.details]
+    assert verify.details["fp32_rtol"] == Settings().tolerances["fp32"].rtol == 1e-3
+    with ResultStore(tmp_path / "results.duckdb") as store:
+        store.start_run("r", manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+        store.record("r", "k", result)
+        store.finish_run("r")
+        with store.connect() as con:
+            used = con.execute("SELECT variant, max(bound_used) FROM verification GROUP BY 1 ORDER BY 1").fetchall()
+    assert [v for v, _ in used] == ["fp16", "fp32", "int8"] and all(0 <= u <= 1 for _, u in used)
+
+
 def test_weights_that_do_not_cover_the_model_are_an_export_error_without_a_processor_hint(
     timm_zoo: Path, tmp_path: Path
 ) -> None:

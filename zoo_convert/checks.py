@@ -14,13 +14,23 @@ from dataclasses import dataclass
 class Tolerance:
     """Pass criteria for one variant: every output must meet all of them.
 
+    Every element is bounded as ``numpy.allclose`` bounds it, ``|onnx - torch| <= max_abs + rtol * |torch|``:
+    an absolute part for values near zero and a relative part that follows the reference's scale (a trained
+    model's logits in the tens, hidden states in the thousands, boxes in pixels).
+
     Attributes:
-        max_abs: largest allowed |onnx - torch| over all elements.
+        max_abs: the absolute part of the elementwise bound (``--atol``); inf bounds nothing (int8, q4).
         min_cosine: smallest allowed cosine similarity of the flattened outputs.
+        rtol: the relative part of the elementwise bound (``--rtol``), a share of ``|torch|``.
     """
 
     max_abs: float
     min_cosine: float = 0.0
+    rtol: float = 0.0
+
+    def describe(self) -> str:
+        """The elementwise bound in words: ``1e-04 + 1e-03·|PyTorch|``, or ``1e-04`` without a relative part."""
+        return f"{self.max_abs:g} + {self.rtol:g}·|PyTorch|" if self.rtol else f"{self.max_abs:g}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,8 @@ class OutputCheck:
         nan / inf: count of non-finite values in the ONNX output.
         passed: whether this output met the variant's tolerance.
         mismatch: why the two outputs could not be compared (their shapes differ), or None.
+        bound_used: the largest share of the elementwise bound (``max_abs + rtol·|torch|``) any element's
+            difference used: at most 1 passes; 0 where the bound is unbounded (int8, q4).
     """
 
     output: str
@@ -47,3 +59,4 @@ class OutputCheck:
     inf: int = 0
     passed: bool = True
     mismatch: str | None = None
+    bound_used: float = 0.0

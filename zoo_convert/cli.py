@@ -174,7 +174,7 @@ _SHAPE_HELP = {
 
 
 def _shape_options(f: F) -> F:
-    """optimum-cli's shape options (``--batch-size``, ``--sequence-length``, ...), handed to ``f`` as ``shapes``, and ``--atol``."""
+    """optimum-cli's shape options (``--batch-size``, ``--sequence-length``, ...), handed to ``f`` as ``shapes``, ``--atol`` and ``--rtol``."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -183,19 +183,31 @@ def _shape_options(f: F) -> F:
 
     for name in reversed(SHAPE_OPTIONS):
         wrapper = click.option(f"--{name.replace('_', '-')}", name, type=click.IntRange(1), help=_SHAPE_HELP[name])(wrapper)
+    wrapper = click.option(
+        "--rtol", type=click.FloatRange(0, max=1), callback=_finite, help="the relative part of the fp32 graph's elementwise bound,"
+        " |ONNX - PyTorch| <= atol + rtol * |PyTorch| as numpy.allclose [default: 1e-3]; recorded with the result",
+    )(wrapper)
     return click.option(
-        "--atol", type=click.FloatRange(0, min_open=True), help="largest |ONNX - PyTorch| the fp32 graph may differ by"
-        " [default: 1e-4]; recorded with the result",
+        "--atol", type=click.FloatRange(0, min_open=True), help="the absolute part of the fp32 graph's elementwise"
+        " bound: the largest |ONNX - PyTorch| where PyTorch's value is near zero [default: 1e-4]; recorded with the result",
     )(wrapper)  # type: ignore[return-value]
 
 
-def _with_atol(settings: Settings, atol: float | None) -> Settings:
-    """``settings`` with the fp32 tolerance's max_abs replaced by ``atol``, when one was given."""
-    if atol is None:
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A bound must be a number: NaN passes click's range check (every comparison with it is false)."""
+    if value is not None and value != value:
+        raise click.BadParameter("must be a number, not nan", ctx=ctx, param=param)
+    return value
+
+
+def _with_atol(settings: Settings, atol: float | None, rtol: float | None = None) -> Settings:
+    """``settings`` with the fp32 tolerance's max_abs replaced by ``atol`` and its rtol by ``rtol``, where given."""
+    if atol is None and rtol is None:
         return settings
     from dataclasses import replace
 
-    fp32 = replace(settings.tolerances["fp32"], max_abs=atol)
+    fp32 = settings.tolerances["fp32"]
+    fp32 = replace(fp32, max_abs=fp32.max_abs if atol is None else atol, rtol=fp32.rtol if rtol is None else rtol)
     return replace(settings, tolerances={**settings.tolerances, "fp32": fp32})
 _NO_LONG_SHAPE = click.option(
     "--no-long-shape", is_flag=True,
@@ -264,6 +276,7 @@ def convert(
     no_generation: bool,
     shapes: dict[str, int],
     atol: float | None,
+    rtol: float | None,
     threads: int | None,
     targets: tuple[str, ...] | None,
     hub_requests_per_5min: int,
@@ -305,7 +318,7 @@ def convert(
         shapes=shapes,
         targets=targets,
     )
-    settings = _with_atol(settings, atol)
+    settings = _with_atol(settings, atol, rtol)
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
         result = convert_one(entry, settings)
     if result.artifacts_dir:
@@ -604,6 +617,7 @@ def run(
     no_generation: bool,
     shapes: dict[str, int],
     atol: float | None,
+    rtol: float | None,
     name: str | None,
     targets: tuple[str, ...] | None,
     hub_requests_per_5min: int,
@@ -640,7 +654,7 @@ def run(
         shapes=shapes,
         targets=targets,
     )
-    settings = _with_atol(settings, atol)
+    settings = _with_atol(settings, atol, rtol)
     options = FarmOptions(
         address=address,
         num_cpus=num_cpus,

@@ -260,8 +260,9 @@ class NumericsMismatchError(VerifyError):
     ) -> None:
         failed = sum(not c.passed for c in checks)
         where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
+        used = f" at {worst.bound_used:.3g}x its bound" if worst.bound_used > 1 else ""
         numbers = (
-            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.max_abs:g}), cosine {worst.cosine:.6f} "
+            f"max abs {worst.max_abs:.3g} (tolerance {tolerance.describe()}){used}, cosine {worst.cosine:.6f} "
             f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
         )
         super().__init__(
@@ -290,7 +291,7 @@ class GenerationMismatchError(NumericsMismatchError):
             self,
             f"greedy generation diverged from PyTorch generate() at step {first_mismatch} of {steps}:"
             f" {token_match:.0%} of tokens identical, every step's logits within tolerance"
-            f" (worst at {worst.shape}: max abs {worst.max_abs:.3g}, tolerance {tolerance.max_abs:g})",
+            f" (worst at {worst.shape}: max abs {worst.max_abs:.3g}, tolerance {tolerance.describe()})",
         )
         self.worst = worst
         self.tolerance = tolerance

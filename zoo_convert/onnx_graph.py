@@ -16,6 +16,7 @@ protobuf limit (``Settings.external_data_threshold``).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import shutil
@@ -99,6 +100,78 @@ def save(model: onnx.ModelProto, path: Path, *, external: bool) -> None:
         )
     else:
         onnx.save_model(model, str(path))
+    read_back(path, "onnx.save_model")
+
+
+def unread(path: Path) -> str | None:
+    """Why a graph just written does not read back whole, or None when it does: a file cut short.
+
+    A writer that does not check its writes (onnx's and ONNX Runtime's C++ writers, an exporter
+    on a full disk) leaves a file that ends inside a protobuf field, or whose external data ends
+    before the bytes its tensors point at. The protobuf's top-level fields are walked without
+    parsing them (each one's length must fit in the file), then each external tensor's data file
+    must reach ``offset + length``. Bytes that are no protobuf at all are not a cut (their writer's
+    fault, not the disk's): None, and whoever reads the file says what it is.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return "0 bytes"
+    found: set[int] = set()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        view = memoryview(buf)
+        try:
+            found = {field for field, *_ in _fields(view, 0, size)}
+        except IndexError:  # a varint running off the end
+            return f"{size} bytes, ending inside a protobuf field"
+        except ValueError as exc:
+            if "runs past" not in str(exc):
+                return None
+            return f"{size} bytes, a protobuf field runs past the file's end"
+        finally:
+            view.release()
+    if 0 in found:  # no protobuf has a field 0: these bytes are something else
+        return None
+    if _MODEL_GRAPH not in found or _MODEL_OPSET_IMPORT not in found:
+        return f"{size} bytes, ending before its graph and opsets were written"
+    if not data_path(path).exists():  # no data file of ours beside it: nothing to measure (and no inline weights parsed)
+        return None
+    try:
+        model = load(path)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and others: not a cut (above), someone else's to name
+        return None
+    for tensor in (t for g in graphs(model.graph) for t in tensors(g)):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        where = {e.key: e.value for e in tensor.external_data}
+        data = path.parent / where.get("location", "")
+        if "length" not in where or not data.is_file():
+            continue
+        need = int(where.get("offset", 0)) + int(where["length"])
+        if (have := data.stat().st_size) < need:
+            return f"its data file {data.name} is {have} bytes, its tensor {tensor.name} ends at byte {need}"
+    return None
+
+
+def read_back(path: Path, writer: str) -> None:
+    """Raise the disk's OSError when ``writer`` left ``path`` cut short (:func:`unread`); nothing when it reads back whole.
+
+    ENOSPC when its file system has less room left than the file (or 1 MiB), EIO (a failing
+    write) otherwise: either way ``storage_error``, the machine's fault, redone by the next run.
+    """
+    why = unread(path)
+    if why is not None:
+        raise cut_short(path, writer, why)
+
+
+def cut_short(path: Path, writer: str, why: str) -> OSError:
+    """The OSError a write cut short by its file system stands for (see :func:`read_back`)."""
+    free = os.statvfs(path.parent)
+    room = free.f_bavail * free.f_frsize
+    code = errno.ENOSPC if room < max(1 << 20, path.stat().st_size) else errno.EIO
+    return OSError(
+        code, f"{os.strerror(code)}: {writer} wrote {path.name} cut short ({why}); {room} bytes free on its file system",
+        str(path),
+    )  # fmt: skip
 
 
 def externalize(path: Path) -> None:
@@ -133,7 +206,7 @@ def externalize(path: Path) -> None:
 
 # Protobuf field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer and the
 # TensorProto fields the rewrite reads or writes.
-_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_MODEL_GRAPH, _MODEL_OPSET_IMPORT, _GRAPH_INITIALIZER = 7, 8, 5
 _TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
 _LEN = 2  # wire type of strings, bytes and messages
 

@@ -48,7 +48,7 @@ from .records import (
     VariantResult,
 )
 from .stages import Artifact, ExportedModel, Latency
-from .stages.forked import note_claimed
+from .stages.forked import alone_on_node, note_claimed
 from .versions import toolchain_versions
 
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
@@ -93,7 +93,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             details.update(check.check(exported))
         with run.stage("verify") as details:
             # What the user changed of verify's defaults, in the record: its shapes and the fp32 tolerance.
-            details.update(shapes=dict(settings.shapes), fp32_max_abs=settings.tolerances["fp32"].max_abs)
+            fp32 = settings.tolerances["fp32"]
+            details.update(shapes=dict(settings.shapes), fp32_max_abs=fp32.max_abs, fp32_rtol=fp32.rtol)
             missing = _references(exported, settings, details)
         if settings.benchmark and missing is None and benchmark.too_big_to_hold(exported, settings):
             # PyTorch's side now, alone: optimize's children would add each variant's copy to the torch model.
@@ -249,15 +250,22 @@ def _cut(text: str) -> str:
 def _benchmarked(
     run: _Run, exported: ExportedModel, artifacts: dict[str, Artifact], settings: Settings
 ) -> list[VariantResult]:
-    """Every verified variant timed together with PyTorch (once); timing never fails a variant."""
+    """Every verified variant and PyTorch (once) timed, with the node to this job alone in a farm; never fails a variant.
+
+    In a farm job the benchmark waits for the node's latency phase (``forked.alone_on_node``):
+    no conversion runs on the node while it is timed. The stage's details keep the wait and the
+    wall-clock window it was timed in.
+    """
     from .stages import benchmark
 
     timed = [artifacts[v.variant] for v in run.variants if v.status in (PASSED, INCONCLUSIVE)]
     if not timed:
         return run.variants
-    with run.stage("benchmark") as details:
+    with alone_on_node() as waited, run.stage("benchmark") as details:
+        started = time.time()
         latencies = benchmark.benchmark(exported, timed, settings)
-        details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy))
+        details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy),
+                       lease_wait_s=round(waited, 4), window=[round(started, 4), round(time.time(), 4)])
     return [_with_latency(v, latencies[v.variant]) if v.variant in latencies else v for v in run.variants]
 
 

@@ -148,10 +148,11 @@ class Settings:
             the model is used at (``zoo_convert.verify.shapes``); False checks the short shapes only.
         verify_generation: also run a decoder exported with past for 16 greedy steps on ONNX Runtime's own
             cache against PyTorch generate() (``zoo_convert.verify.generation``); False checks single forwards only.
-        bench_warmup / bench_runs: untimed calls per side first, then rounds of one timed call of
-            each side (PyTorch and every variant, interleaved).
-        bench_budget_s: seconds of timed calls of the slowest side after which a slow model stops
-            early (after ``benchmark.MIN_RUNS`` rounds).
+        bench_warmup / bench_runs: per side (PyTorch, then each variant, each in a block of its own),
+            untimed calls first (and ``benchmark.WARMUP_S`` of them), then timed calls: at least this many
+            and ``benchmark.MIN_TIMED_S`` of them.
+        bench_budget_s: seconds of timed calls of one side after which a slow model stops
+            early (after ``benchmark.MIN_RUNS`` calls): one big graph should not hold the node's latency phase.
         providers: ONNX Runtime execution providers, in preference order.
         threads: intra-op threads for torch and ORT inside one job.
         timeout_s: default hard timeout per job (farm only).
@@ -235,14 +236,16 @@ class VariantResult:
         max_abs / max_rel / mean_abs / min_cosine: worst values over all outputs and shapes.
         ort_p50_ms / ort_p90_ms: ONNX Runtime latency.
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs (timed once per job,
-            interleaved with every variant: the same figures on each of the job's rows).
+            in a block of its own beside the variants': the same figures on each of the job's rows).
         speedup: torch_p50_ms / ort_p50_ms.
         ort_runs / torch_runs: timed calls behind each latency.
         ort_spread / torch_spread: interquartile range over the median of those calls.
         bench_threads / bench_shape / bench_cpu / bench_load: the conditions of the measurement:
-            intra-op threads, batch x length, CPU model, 1-minute load average during it.
-        bench_noisy: the spread or the load was too high to trust the latency (kept, but left out
-            of the speedup headline, the ``slower`` regressions and the model card).
+            intra-op threads, batch x length, CPU model, and the CPUs other processes kept busy
+            during it (the most over its sides; /proc/stat less the job's own CPU time).
+        bench_noisy: the spread was too high, or other processes took CPUs the measurement needed, to
+            trust the latency (kept, but left out of the speedup headline, the ``slower`` regressions
+            and the model card).
         bench_note: why the latency is empty (timing failed; the variant stays verified).
         optimizer: fusion statistics and whether any fusion applied.
         outputs: per-output verification numbers.

@@ -393,3 +393,35 @@ def test_the_model_as_loaded_gets_back_a_cache_its_export_filled_in_place() -> N
     as_loaded.restore()
     assert model.bias_cache is cache and cache == {}
     assert torch.equal(model(torch.zeros(1, 4)), torch.arange(4.0)[None] * 2)
+
+
+class _Payload:
+    """What a hostile pickle carries: a call made when it is unpickled."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("the payload ran",))
+
+
+def test_a_pickle_the_safe_loader_refuses_is_named_unsafe_not_a_missing_tensorflow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """transformers' weights-only torch.load refuses the payload; optimum then retried it as a TensorFlow checkpoint,
+    and the job said "No module named 'tensorflow'" (issue 33, item 4). allow_pickle or not, no code of it runs."""
+    from safetensors.torch import load_file
+
+    from zoo_convert import zoo
+    from zoo_convert.pipeline import convert_one
+
+    zoo.build(tmp_path / "zoo", only=["bert"])
+    folder = tmp_path / "zoo" / "bert"
+    state: dict[str, object] = dict(load_file(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    state["extra"] = _Payload()
+    torch.save(state, folder / "pytorch_model.bin")
+    entry = ManifestEntry(source=str(folder), task="feature-extraction", allow_pickle=True, variants=("fp32",))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path / "out"), benchmark=False))
+    assert (result.failure_kind, result.stage) == ("fetch_unsafe", "export"), result.message
+    assert result.message is not None and "tensorflow" not in result.message
+    assert result.message.startswith("pytorch_model.bin: refused as unsafe by torch's weights-only loader"), result.message
+    assert "GLOBAL builtins.print" in result.message or "GLOBAL print" in result.message
+    assert "the payload ran" not in capsys.readouterr().out

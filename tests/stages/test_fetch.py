@@ -265,3 +265,60 @@ def test_a_config_json_that_is_no_small_regular_file_gives_no_model_type(plant: 
     else:
         config.write_text(json.dumps({"model_type": ["bert"]}))
     assert config_model_type(ManifestEntry(source=str(tmp_path)), Settings()) is None
+
+
+# Real forms of checkpoints that are no conversion source, or are missing a part: the message names the cause
+# (issue 33, item 4), where transformers and optimum said "No module named 'tensorflow'", "QuantizeConfig is not
+# defined", "no config.json" or "expected *.safetensors".
+
+
+def test_a_shard_the_index_names_but_the_folder_lacks_is_named(bert_dir: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = _copy(bert_dir, tmp_path)
+    state = load_file(path / "model.safetensors")
+    (path / "model.safetensors").unlink()
+    keys = sorted(state)
+    save_file({k: state[k] for k in keys[:5]}, path / "model-00001-of-00002.safetensors", metadata={"format": "pt"})
+    index = {"metadata": {}, "weight_map": {k: f"model-0000{1 if i < 5 else 2}-of-00002.safetensors" for i, k in enumerate(keys)}}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    err = _fails(path)
+    assert err.kind == FailureKind.FETCH_ERROR and "tensorflow" not in err.message
+    assert "model.safetensors.index.json names 1 shard(s) that are not in the checkpoint: model-00002-of-00002.safetensors" in err.message
+
+
+def test_a_quantized_checkpoint_says_so_and_names_its_method(bert_dir: Path, tmp_path: Path) -> None:
+    path = _copy(bert_dir, tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    (path / "config.json").write_text(json.dumps(config))
+    err = _fails(path)
+    assert err.kind == FailureKind.EXPORT_UNSUPPORTED
+    assert "has a quantization_config (gptq): a quantized checkpoint is not a conversion source" in err.message
+
+
+def test_a_peft_adapter_folder_says_so_and_names_its_base_model(bert_dir: Path, tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+    import torch
+
+    path = tmp_path / "adapter"
+    path.mkdir()
+    adapter = {"peft_type": "LORA", "base_model_name_or_path": "google-bert/bert-base-uncased", "r": 8, "target_modules": ["query"]}
+    (path / "adapter_config.json").write_text(json.dumps(adapter))
+    save_file({"base_model.model.encoder.layer.0.attention.self.query.lora_A.weight": torch.zeros(8, 32)},
+              path / "adapter_model.safetensors")  # fmt: skip
+    err = _fails(path)
+    assert err.kind == FailureKind.EXPORT_UNSUPPORTED and "no config.json" not in err.message
+    assert "a PEFT adapter (LORA), not a model: its base model is google-bert/bert-base-uncased" in err.message
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_a_gguf_only_folder_says_gguf_is_not_a_source(with_config: bool, bert_dir: Path, tmp_path: Path) -> None:
+    path = _copy(bert_dir, tmp_path)
+    (path / "model.safetensors").unlink()
+    if not with_config:
+        (path / "config.json").unlink()
+    (path / "model-Q4_K_M.gguf").write_bytes(b"GGUF" + bytes(60))
+    err = _fails(path)
+    assert err.kind == FailureKind.EXPORT_UNSUPPORTED and "expected *.safetensors" not in err.message
+    assert "only GGUF weights (model-Q4_K_M.gguf): GGUF is llama.cpp's format, not a conversion source" in err.message

@@ -120,8 +120,9 @@ def test_perturbed_graph_fails_with_numbers(zoo_export, tmp_path: Path) -> None:
     with pytest.raises(NumericsMismatchError) as raised:
         verify(ex, Artifact("fp32", {"model": bad}), SETTINGS)
     mismatch = raised.value
-    worst = max(mismatch.checks, key=lambda c: c.max_abs)
-    assert mismatch.worst == worst and worst.max_abs > 1e-4 and not worst.passed
+    # The worst is the check whose element went furthest past its elementwise bound.
+    worst = max(mismatch.checks, key=lambda c: c.bound_used)
+    assert mismatch.worst == worst and worst.bound_used > 1 and worst.max_abs > 1e-4 and not worst.passed
     assert worst.output == "last_hidden_state" and worst.mean_abs > 0 and worst.max_rel > 0
     assert mismatch.tolerance == SETTINGS.tolerances["fp32"]
     assert "last_hidden_state" in mismatch.message and "tolerance 0.0001" in mismatch.message
@@ -162,23 +163,38 @@ def test_benchmark_times_ort_and_torch_with_their_conditions(zoo_export, name: s
     assert lat.ort is not None and lat.torch is not None and lat.note is None
     assert 0 < lat.ort.p50_ms <= lat.ort.p90_ms and 0 < lat.torch.p50_ms <= lat.torch.p90_ms
     assert lat.speedup is not None and lat.speedup > 0
-    assert lat.ort.runs == lat.torch.runs == FAST_BENCH.bench_runs  # interleaved: one call of each per round
+    # each side timed in a block of its own: at least bench_runs calls (and MIN_TIMED_S of them) per side
+    assert lat.ort.runs >= FAST_BENCH.bench_runs and lat.torch.runs >= FAST_BENCH.bench_runs
     assert lat.ort.spread >= 0 and lat.torch.spread >= 0
     assert lat.threads == FAST_BENCH.threads and lat.shape == "1x128" and lat.cpu and lat.load >= 0
 
 
-def test_pytorch_is_timed_once_for_every_variant_of_the_job(zoo_export, tmp_path: Path) -> None:
+def test_pytorch_is_timed_once_for_every_variant_of_the_job(zoo_export, tmp_path: Path, monkeypatch) -> None:
+    import zoo_convert.stages.benchmark as bench
+
     ex = zoo_export("bert")
     copies = _copies(ex, tmp_path)
     bench_cases(ex, FAST_BENCH)  # the inputs and their reference, computed before the timing (as the pipeline does)
-    calls = []
+    calls: list[int] = []
+    blocks: list[int] = []  # per timed block: the PyTorch calls it made
+    real_block = bench._block
+
+    def counted(call, settings):  # type: ignore[no-untyped-def]
+        before = len(calls)
+        try:
+            return real_block(call, settings)
+        finally:
+            blocks.append(len(calls) - before)
+
+    monkeypatch.setattr(bench, "_block", counted)
     hook = ex.components[0].torch_module.register_forward_hook(lambda *_: calls.append(1))
     try:
         found = benchmark(ex, [fp32(ex), Artifact("int8", copies)], FAST_BENCH)
     finally:
         hook.remove()
     assert found["fp32"].torch == found["int8"].torch  # one figure, measured once beside both
-    assert len(calls) == FAST_BENCH.bench_warmup + found["fp32"].torch.runs
+    assert len(blocks) == 3 and [n > 0 for n in blocks] == [True, False, False]  # PyTorch's block, then each variant's
+    assert len(calls) >= FAST_BENCH.bench_warmup + found["fp32"].torch.runs
 
 
 def test_a_variant_that_cannot_be_timed_has_no_latency_and_says_why(zoo_export) -> None:
@@ -369,6 +385,40 @@ def test_a_length_switch_frozen_by_the_export_is_caught_at_the_long_shape(zoo_ex
     assert {c.shape for c in err.checks if not c.passed} == {long} and err.worst.max_abs > 1e-3
     # At the short shapes alone (what verify did before the long shape) the same graph passes.
     assert all(c.passed for c in verify(ex, fp32(ex), Settings(verify_long=False)))
+
+
+@pytest.mark.parametrize("name", ["bigbird", "bigbird-pegasus", "phi3-longrope"])
+def test_the_zoos_long_shape_divergences_stay_failed_under_the_relative_bound(zoo_export, name: str) -> None:
+    """The bound follows the output's scale (rtol), and no real divergence turns green: the zoo's three
+    deliberate failures fail at their long shape under the default bound, and under ten times its rtol."""
+    ex = zoo_export(name)
+    default = SETTINGS.tolerances["fp32"]
+    assert default.rtol > 0  # the relative part is on: this is the bound that must not let them through
+    for rtol in (default.rtol, 10 * default.rtol):
+        loose = Settings(tolerances={**SETTINGS.tolerances, "fp32": replace(default, rtol=rtol)})
+        with pytest.raises(NumericsMismatchError) as raised:
+            verify(ex, fp32(ex), loose)
+        err = raised.value
+        assert err.long_only is not None and err.message.startswith(LONG_INPUTS_ONLY), err.message
+        assert err.worst.bound_used > 1 and f"tolerance 0.0001 + {rtol:g}·|PyTorch|" in err.message, err.message
+        assert all(c.passed for c in err.checks if c.shape.split("/")[0] in ("1x7", "3x19"))
+
+
+def test_the_bound_is_elementwise_as_allclose() -> None:
+    """|onnx - torch| <= atol + rtol * |torch| per element: a logit of 1000 may be off by 0.5 (fp32 rounding at
+    scale), a value of 0.5 may not be off by 0.002, though that is the smaller error and the cosine is 1."""
+    from zoo_convert.verify.compare import compare
+
+    tol = SETTINGS.tolerances["fp32"]
+    ref = np.array([[1000.0, 0.5, -300.0]], dtype=np.float32)
+    at_scale = compare("logits", "1x7", ref, ref + np.array([[0.5, 0.0, -0.2]], dtype=np.float32), tol)
+    assert at_scale.passed and at_scale.max_abs == pytest.approx(0.5) and 0.6 < at_scale.bound_used < 0.7  # -0.2 at -300
+    near_zero = compare("logits", "1x7", ref, ref + np.array([[0.0, 0.002, 0.0]], dtype=np.float32), tol)
+    assert not near_zero.passed and near_zero.cosine > 0.99999 and near_zero.bound_used > 3
+    for check, got in ((at_scale, ref + [[0.5, 0.0, -0.2]]), (near_zero, ref + [[0.0, 0.002, 0.0]])):
+        assert check.passed == np.allclose(got, ref, rtol=tol.rtol, atol=tol.max_abs)
+    # int8 and q4 bound no element: the cosine (and, for one value, the relative error) decides.
+    assert compare("logits", "1x7", ref, ref * 1.01, SETTINGS.tolerances["int8"]).bound_used == 0.0
 
 
 def test_longrope_traced_past_its_threshold_is_right_there_and_wrong_below(

@@ -48,7 +48,10 @@ WITH jobs AS (
         any_value(max_abs) FILTER (WHERE variant = 'fp32') AS max_abs,
         -- a noisy latency says nothing of the speedup: the table leaves it blank, the drill-down says why
         any_value(speedup) FILTER (WHERE variant = 'fp32' AND NOT coalesce(bench_noisy, false)) AS speedup,
-        any_value(ort_p50_ms) FILTER (WHERE variant = 'fp32') AS ort_p50_ms
+        any_value(ort_p50_ms) FILTER (WHERE variant = 'fp32') AS ort_p50_ms,
+        -- shown as "noisy", never as a figure (as the speedup, the headline and the card leave it out)
+        coalesce(any_value(bench_noisy) FILTER (WHERE variant = 'fp32'), false) AS ort_p50_noisy,
+        list(variant ORDER BY variant) FILTER (WHERE status = 'failed') AS failed_variants
     FROM latest_results
     WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     GROUP BY job_seq
@@ -150,6 +153,21 @@ QUERIES: dict[str, str] = {
         SELECT m.* EXCLUDE (job_seq, job_key, run_id), coalesce(runs.name, m.run_id) AS run
         FROM dash_models m JOIN runs USING (run_id) ORDER BY m.id
     """,
+    # Where each variant runs, and how fast: one row per target x variant. Today's record has one target, ONNX
+    # Runtime on the CPU that converted it (every results row); the deployment targets' rows (compat_by_target:
+    # source, model type, task, variant, target, status, max abs, latency, message) are to be read here as well,
+    # with the same columns, and the page's "Where it runs" panel and drill-down show them unchanged.
+    "targets": f"""
+        SELECT 'ort-cpu' AS target, 'ONNX Runtime (CPU)' AS label, variant, count(*) AS models,
+            count(*) FILTER (WHERE status = 'passed') AS passed, count(*) FILTER (WHERE status = 'failed') AS failed,
+            count(*) FILTER (WHERE status NOT IN ('passed', 'failed')) AS other,
+            median(ort_p50_ms) FILTER (WHERE status = 'passed' AND NOT coalesce(bench_noisy, false)) AS median_p50_ms,
+            count(ort_p50_ms) FILTER (WHERE status = 'passed' AND NOT coalesce(bench_noisy, false)) AS timed,
+            count(ort_p50_ms) FILTER (WHERE status = 'passed' AND bench_noisy) AS noisy
+        FROM latest_results
+        WHERE variant IS NOT NULL
+        GROUP BY variant ORDER BY list_position({list(VARIANTS)}, variant)
+    """,
     "model_count": """
         SELECT count(DISTINCT job_seq) FROM latest_results WHERE failure_kind IS DISTINCT FROM 'manifest_error'
     """,
@@ -195,6 +213,7 @@ DETAIL_QUERIES: dict[str, str] = {
                 {_STATUS_PER_VARIANT},
                 any_value(r.max_abs) FILTER (WHERE r.variant = 'fp32') AS max_abs,
                 any_value(r.ort_p50_ms) FILTER (WHERE r.variant = 'fp32') AS ort_p50_ms,
+                coalesce(any_value(r.bench_noisy) FILTER (WHERE r.variant = 'fp32'), false) AS ort_p50_noisy,
                 any_value(r.failure_kind) AS failure_kind
             FROM dash_models m
             JOIN results r ON r.source = m.source AND r.revision IS NOT DISTINCT FROM m.revision
@@ -206,6 +225,15 @@ DETAIL_QUERIES: dict[str, str] = {
         SELECT * FROM jobs
         QUALIFY row_number() OVER (PARTITION BY id ORDER BY job_seq DESC) <= {HISTORY_RUNS}
         ORDER BY id, job_seq DESC
+    """,
+    # Where the model runs: per target and variant its status and latency (today ONNX Runtime on the CPU that
+    # converted it; the deployment targets' rows join here with the same columns).
+    "detail_targets": f"""
+        SELECT m.id, 'ort-cpu' AS target, r.variant, r.status, r.max_abs, r.ort_p50_ms AS p50_ms,
+            coalesce(r.bench_noisy, false) AS noisy, r.failure_kind, left(r.message, 300) AS message
+        FROM dash_models m JOIN results r USING (job_seq)
+        WHERE r.variant IS NOT NULL
+        ORDER BY m.id, list_position({list(VARIANTS)}, r.variant)
     """,
     # The latest publish outcome of any job of the model (publish records one row per attempt).
     "detail_publication": """
@@ -237,6 +265,7 @@ def collect(con: Con, timer: Callable[[str, float], None] | None = None) -> dict
         data[name] = _timed(name, functools.partial(_records, con, sql), timer)
     data["regressions"] = _timed("regressions", lambda: regression_rows(con, latest_seq, latest_seq,
                                                                           limit=MAX_REGRESSIONS), timer)
+    _name_models(data)
     data["headline"] = data["headline"][0]
     data["model_count"] = next(iter(data["model_count"][0].values()))
     data["model_cap"] = MODEL_CAP
@@ -257,3 +286,33 @@ def _records(con: Con, sql: str) -> list[dict[str, Any]]:
     cur = con.execute(sql)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def display_names(sources: list[str]) -> dict[str, str]:
+    """A readable name per source: a local folder's last part (more parts where two would read alike), a Hub id as it is.
+
+    ``/work/zoo/bert`` reads ``bert``; ``/a/x/bert`` and ``/b/y/bert`` read ``x/bert`` and ``y/bert``.
+    """
+    parts = {s: [p for p in s.replace("\\", "/").split("/") if p] or [s] for s in set(sources)}
+    local = {s for s in parts if s.startswith(("/", ".", "~")) or (len(s) > 1 and s[1] == ":")}
+    depth = {s: (1 if s in local else len(parts[s])) for s in parts}
+    while True:
+        names: dict[str, list[str]] = {}
+        for s in parts:
+            names.setdefault("/".join(parts[s][-depth[s]:]), []).append(s)
+        clash = [s for same in names.values() if len(same) > 1 for s in same if depth[s] < len(parts[s])]
+        if not clash:
+            return {s: "/".join(parts[s][-depth[s]:]) for s in parts}
+        for s in clash:
+            depth[s] += 1
+
+
+def _name_models(data: dict[str, Any]) -> None:
+    """Give every model row, regression and signature example its readable name (the source stays, for titles)."""
+    sources = [m["source"] for m in data["models"]] + [r["source"] for r in data["regressions"]]
+    sources += [s for sig in data["signatures"] for s in sig["sample_models"] or ()]
+    names = display_names(sources)
+    for row in (*data["models"], *data["regressions"]):
+        row["name"] = names[row["source"]]
+    for sig in data["signatures"]:
+        sig["sample_names"] = [names[s] for s in sig["sample_models"] or ()]

@@ -39,7 +39,7 @@ def summary(result: ConversionResult) -> str:
             torch = f"{v.torch_p50_ms:.2f}ms" if v.torch_p50_ms is not None else "-"
             speedup = f"{v.speedup:.2f}x" if v.speedup is not None else "-"
             cells.append(f"ort p50={v.ort_p50_ms:.2f}ms torch p50={torch} speedup={speedup}")
-            cells.append(f"({v.bench_shape}, {v.bench_threads} thr, load {v.bench_load}{', NOISY' if v.bench_noisy else ''})")
+            cells.append(f"({v.bench_shape}, {v.bench_threads} thr, others on {v.bench_load} CPUs{', NOISY' if v.bench_noisy else ''})")
         elif v.bench_note:
             cells.append(f"latency empty: {v.bench_note}")
         elif v.status in ("passed", "inconclusive"):

@@ -29,7 +29,8 @@ _CHUNK = re.compile(r"chunk-\d+\.js")
 _TITLE = "<title>zoo_convert: ONNX compatibility</title>"  # page.html's: how an earlier dashboard is known
 _UNSAFE = {ord(c): f"\\u{ord(c):04x}" for c in "<>&"}
 DETAIL_KEYS = {"detail_variants": "variants", "detail_outputs": "outputs", "detail_census": "census",
-               "detail_stages": "stages", "detail_history": "history", "detail_publication": "publication"}
+               "detail_stages": "stages", "detail_history": "history", "detail_publication": "publication",
+               "detail_targets": "targets"}
 _ONE_ROW = ("stages", "publication")  # one row per model; the others are lists
 
 

@@ -86,6 +86,8 @@ FIELD_LIMIT = 300  # characters of a name or message on a line of the run's outp
 # row (or every job of a smaller run) meet the same one, the run stops instead of recording the rest.
 MACHINE_FAULTS = frozenset({FailureKind.STORAGE_ERROR, FailureKind.WORKER_LOST})
 STOP_AFTER_JOBS = 3
+# Jobs per CPU of a node that may wait for its latency phase before new conversions wait for the phase.
+BENCH_BACKLOG_PER_CPU = 4
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ class FarmReport:
         unresolved: hub ids the Hub could not resolve yet; at the end, those left for the next run (nothing recorded).
         seconds: wall time of the run.
         stopped: why the run stopped early (every job met the same fault of the machine), else None.
+        latency: per node, its latency phases: how many, their seconds, of which draining the node's
+            conversions and timing its jobs (:class:`_NodeLeases`); empty without a benchmark.
     """
 
     run_id: str
@@ -159,6 +163,7 @@ class FarmReport:
     unresolved: int = 0
     seconds: float = 0.0
     stopped: str | None = None
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -206,17 +211,150 @@ class FailureLine:
 
 
 @ray.remote(max_retries=0, retry_exceptions=False, max_calls=0)
-def _job_task(job_fn: JobFn, entry: ManifestEntry, settings: Settings, budget: ActorProxy[_HubBudget]) -> str:
-    """One job on a Ray worker: its hub files downloaded under the run's Hub budget, then the job isolated."""
+def _job_task(
+    job_fn: JobFn,
+    entry: ManifestEntry,
+    settings: Settings,
+    budget: ActorProxy[_HubBudget],
+    leases: ActorProxy[_NodeLeases] | None,
+    token: str,
+) -> str:
+    """One job on a Ray worker: its hub files downloaded under the run's Hub budget, then the job isolated.
+
+    With ``leases`` (a run that benchmarks), the job converts only outside its node's latency phase
+    and its benchmark waits for that phase (:class:`_NodeLeases`); waiting in ``ray.get`` gives the
+    task's CPU back to Ray, so the node's other jobs convert meanwhile.
+    """
     governor = hub_budget.installed()
     if not isinstance(governor, _ClusterGovernor) or governor.actor != budget:
         hub_budget.install(_ClusterGovernor(budget))
-    if not is_local(entry.source) and not settings.offline:
-        try:
-            download(entry, settings)
-        except ZooConvertError as exc:
-            return failure_result(entry, exc.kind, exc.message, stage="fetch").to_json()
-    return run_isolated(job_fn, entry, settings).to_json()
+    lease = _NodeLease(leases, ray.get_runtime_context().get_node_id(), token) if leases is not None else None
+    try:
+        if lease is not None:
+            lease.converting()
+        if not is_local(entry.source) and not settings.offline:
+            try:
+                download(entry, settings)
+            except ZooConvertError as exc:
+                return failure_result(entry, exc.kind, exc.message, stage="fetch").to_json()
+        return run_isolated(job_fn, entry, settings, lease=lease).to_json()
+    finally:
+        if lease is not None:
+            lease.done()
+
+
+@dataclass
+class _Node:
+    """One node's latency phase (see :class:`_NodeLeases`): who converts, who waits to be timed, who is timed."""
+
+    converting: set[str] = field(default_factory=set)
+    queue: list[str] = field(default_factory=list)
+    timing: str | None = None
+    phase: bool = False  # conversions held until the queue is timed
+    phase_t0: float = 0.0
+    first_grant: float | None = None
+    phases: int = 0
+    phase_s: float = 0.0  # wall time in latency phases, draining included
+    drain_s: float = 0.0  # of which: waiting for the conversions running when the phase began
+    timed_s: float = 0.0  # of which: benchmarks holding the node
+    held: float = 0.0
+
+
+class _NodeLeases:
+    """The farm's latency phase: per node, benchmarks run one at a time with no conversion beside them.
+
+    A job converts when its node is not in a phase (``convert``) and asks to be timed when its
+    conversion is over (``bench``). A node enters a phase once no conversion runs there and some
+    job waits to be timed, or once ``backlog`` jobs wait (then new conversions wait, and those
+    running finish); it times the waiting jobs in order, one at a time (``benched`` frees the
+    node for the next), and leaves the phase when none is left. Jobs wait inside ``ray.get``,
+    which gives their CPU back to Ray: conversions go on while jobs queue for their timing.
+    ``forget`` drops a job however it ended (the driver calls it for every finished task: a worker
+    killed mid-benchmark does not hold its node forever).
+    """
+
+    def __init__(self, backlog: int) -> None:
+        self.backlog = max(1, backlog)
+        self.nodes: dict[str, _Node] = {}
+        self.changed = asyncio.Condition()
+
+    def _node(self, node: str) -> _Node:
+        return self.nodes.setdefault(node, _Node())
+
+    def _update(self) -> None:
+        now = time.monotonic()
+        for n in self.nodes.values():
+            if not n.phase and n.queue and (not n.converting or len(n.queue) >= self.backlog):
+                n.phase, n.phase_t0, n.first_grant = True, now, None
+            if n.phase and not n.queue and n.timing is None:
+                n.phase = False
+                n.phases += 1
+                n.phase_s += now - n.phase_t0
+                n.drain_s += (n.first_grant or now) - n.phase_t0
+        self.changed.notify_all()
+
+    @ray.method
+    async def convert(self, node: str, token: str) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self._node(node).phase)
+            self._node(node).converting.add(token)
+            self._update()
+
+    @ray.method
+    async def bench(self, node: str, token: str) -> None:
+        async with self.changed:
+            n = self._node(node)
+            n.converting.discard(token)
+            n.queue.append(token)
+            self._update()
+            await self.changed.wait_for(lambda: n.phase and n.timing is None and not n.converting and n.queue[0] == token)
+            n.queue.pop(0)
+            n.timing, n.held = token, time.monotonic()
+            n.first_grant = n.first_grant or n.held
+            self._update()
+
+    @ray.method
+    async def forget(self, token: str) -> None:
+        """Drop ``token`` wherever it is: converting, waiting, or holding its node."""
+        async with self.changed:
+            for n in self.nodes.values():
+                n.converting.discard(token)
+                if token in n.queue:
+                    n.queue.remove(token)
+                if n.timing == token:
+                    n.timing = None
+                    n.timed_s += time.monotonic() - n.held
+            self._update()
+
+    @ray.method
+    async def seconds(self) -> dict[str, dict[str, float]]:
+        """Per node: latency phases, their seconds, the draining and the timing in them."""
+        async with self.changed:
+            return {node: {"phases": n.phases, "phase_s": n.phase_s, "drain_s": n.drain_s, "timed_s": n.timed_s}
+                    for node, n in self.nodes.items()}  # fmt: skip
+
+
+_NodeLeasesActor = ray.remote(num_cpus=0)(_NodeLeases)
+
+
+class _NodeLease:
+    """An :class:`isolation.Lease` on the run's ``_NodeLeases`` actor for one job on one node."""
+
+    def __init__(self, actor: ActorProxy[_NodeLeases], node: str, token: str) -> None:
+        self.actor, self.node, self.token = actor, node, token
+
+    def converting(self) -> None:
+        ray.get(self.actor.convert.remote(self.node, self.token))
+
+    def acquire(self) -> None:
+        ray.get(self.actor.bench.remote(self.node, self.token))
+
+    def release(self) -> None:
+        ray.get(self.actor.forget.remote(self.token))
+
+    def done(self) -> None:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(self.actor.forget.remote(self.token))
 
 
 class _HubBudget:
@@ -373,10 +511,15 @@ def _run_farm(
                           " (`zoo-convert manifest validate` lists them all)")  # fmt: skip
         if needs_ray:
             budget = _cluster_budget(options.hub_limits, report.run_id)
+            leases = _node_leases(resources, report.run_id) if settings.benchmark and plan.jobs else None
             try:
-                driver = _Driver(store, report, progress, settings, options, job_fn, resources, budget)
+                driver = _Driver(store, report, progress, settings, options, job_fn, resources, budget, leases)
                 driver.run(plan.jobs, plan.unresolved, done)
+                if leases is not None:
+                    report.latency = ray.get(leases.seconds.remote())
             finally:
+                if leases is not None:
+                    ray.kill(leases)  # type: ignore[arg-type]
                 # Ray's hints type a handle as ActorProxy (the handle or the class, so that methods
                 # show their arguments); ray.kill's own annotation accepts only the handle it always is.
                 ray.kill(budget)  # type: ignore[arg-type]
@@ -406,11 +549,16 @@ class _Driver:
         job_fn: JobFn,
         resources: dict[str, float],
         budget: ActorProxy[_HubBudget],
+        leases: ActorProxy[_NodeLeases] | None = None,
     ) -> None:
         self.store, self.report, self.progress = store, report, progress
         self.settings, self.options, self.job_fn, self.budget = settings, options, job_fn, budget
+        self.leases = leases
         self.gpus = resources.get("GPU", 0)
-        self.max_in_flight = options.max_in_flight or max(2, 2 * int(resources.get("CPU", 1)))
+        cpus = int(resources.get("CPU", 1))
+        # Jobs waiting for their node's latency phase are in flight too, holding no CPU: room for them.
+        self.max_in_flight = options.max_in_flight or max(2, 2 * cpus) + (BENCH_BACKLOG_PER_CPU * cpus if leases else 0)
+        self.tokens: dict[ray.ObjectRef[str], str] = {}
         self.node_memory = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]), default=0)
         self.in_flight: dict[ray.ObjectRef[str], tuple[Job, int]] = {}
         self.waiting: list[tuple[float, int, Job, int]] = []  # (ready at, tiebreak, job, attempt): backoff heap
@@ -450,6 +598,9 @@ class _Driver:
             finished, lost = [], []
             for ref in ready:
                 job, attempt = self.in_flight.pop(ref)
+                token = self.tokens.pop(ref, None)
+                if self.leases is not None and token is not None:  # a job that died holding its node lets go of it
+                    self.leases.forget.remote(token)
                 result = self._collect(ref, job)
                 if self.raylet_died is not None and result.failure_kind == FailureKind.WORKER_LOST.value:
                     lost.append(job)  # not the model's answer, nor worth a retry here: left for the next run
@@ -520,8 +671,10 @@ class _Driver:
         if job.memory_bytes:
             # a reservation no node can hold would wait forever; the child's own limit still applies
             opts["memory"] = min(job.memory_bytes, self.node_memory) if self.node_memory else job.memory_bytes
-        ref = _job_task.options(**opts).remote(self.job_fn, job.entry, self.settings, self.budget)
+        token = uuid.uuid4().hex
+        ref = _job_task.options(**opts).remote(self.job_fn, job.entry, self.settings, self.budget, self.leases, token)
         self.in_flight[ref] = (job, attempt)
+        self.tokens[ref] = token
 
     def _resolved(self, done: set[str]) -> list[tuple[Job, int]]:
         """Jobs of hub ids resolved on a later try; starts the next try when its backoff is over."""
@@ -610,6 +763,16 @@ def _invalid_result(bad: InvalidRow) -> ConversionResult:
     return failure_result(entry, FailureKind.MANIFEST_ERROR, bad.problem.reason, stage="manifest")
 
 
+def _node_leases(resources: dict[str, float], run_id: str) -> ActorProxy[_NodeLeases]:
+    """The run's latency phases (:class:`_NodeLeases`), on the driver's node: each node times ``backlog`` jobs at most
+    per phase, four per CPU of the largest node."""
+    cpus = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=int(resources.get("CPU", 1)))
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return _NodeLeasesActor.options(name=f"zoo-convert-latency-{run_id}", scheduling_strategy=here).remote(
+        BENCH_BACKLOG_PER_CPU * max(1, cpus)
+    )
+
+
 def _cluster_budget(limits: HubLimits, run_id: str) -> ActorProxy[_HubBudget]:
     """The run's Hub budget as an actor the driver and every worker draw from, continuing what planning spent."""
     local = hub_budget.installed()
@@ -668,6 +831,20 @@ def _kind(result: ConversionResult) -> FailureKind | None:
         return FailureKind(result.failure_kind) if result.failure_kind else None
     except ValueError:
         return FailureKind.INTERNAL
+
+
+def _where_seconds_go(report: FarmReport) -> str:
+    """The run's wall time and its latency phases: ``seconds   180.2 s: latency phase 41.0 s (23 %) in 14 phases ...``."""
+    nodes = report.latency.values()
+    phase = sum(n["phase_s"] for n in nodes) / max(1, len(nodes))  # each node's phases hold that node only
+    timed = sum(n["timed_s"] for n in nodes) / max(1, len(nodes))
+    drain = sum(n["drain_s"] for n in nodes) / max(1, len(nodes))
+    phases = sum(int(n["phases"]) for n in nodes)
+    share = 100.0 * phase / report.seconds if report.seconds > 0 else 0.0
+    per_node = " per node" if len(report.latency) > 1 else ""
+    return (f"seconds    {report.seconds:.1f} s: converting {report.seconds - phase:.1f} s, latency phase {phase:.1f} s"
+            f"{per_node} ({share:.0f} %: timing {timed:.1f} s, draining conversions {drain:.1f} s,"
+            f" {phases} phases on {len(report.latency)} node{'s' if len(report.latency) > 1 else ''})")
 
 
 def _run_id() -> str:
@@ -764,6 +941,8 @@ class Progress:
             self._line(f"  converted  {converted} of {report.recorded} models (fp32 verified), {report.partial} partial"
                        " (a variant failed)")
         self._line(f"  variants   {report.variants_verified} of {report.variants} verified")
+        if report.latency:
+            self._line("  " + _where_seconds_go(report))
         if report.by_status.get(INCONCLUSIVE):
             self._line(f"inconclusive ({report.by_status[INCONCLUSIVE]}, neither converted nor failed):")
             for line in report.inconclusive:

@@ -83,7 +83,7 @@ from typing import NamedTuple, Protocol
 from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
-from ..stages.forked import claim_into, die_with_parent
+from ..stages.forked import claim_into, die_with_parent, grant, set_lease_paths
 from ..versions import toolchain_versions
 
 
@@ -93,6 +93,14 @@ class JobFn(Protocol):
     def __call__(
         self, entry: ManifestEntry, settings: Settings, *, on_stage: Callable[[str], None] | None = None
     ) -> ConversionResult: ...
+
+
+class Lease(Protocol):
+    """The node to one job for its benchmark (the farm's latency phase): ``acquire`` blocks until it is this job's."""
+
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
 
 
 WARM_MODULE = "zoo_convert.farm.warm"
@@ -130,14 +138,20 @@ def run_isolated(
     *,
     timeout_s: float | None = None,
     memory_gb: float | None = None,
+    lease: Lease | None = None,
 ) -> ConversionResult:
-    """Run ``job_fn(entry, settings)`` in a warm forked child; hangs, crashes and OOMs become results."""
+    """Run ``job_fn(entry, settings)`` in a warm forked child; hangs, crashes and OOMs become results.
+
+    With a ``lease``, the job's benchmark (``forked.alone_on_node``) waits for it; the wait does not count
+    against the timeout, and a job that dies holding it gives it back.
+    """
     timeout = timeout_s if timeout_s is not None else (entry.timeout_s or settings.timeout_s)
     limit_gb = memory_gb if memory_gb is not None else entry.memory_gb
     limit = int(limit_gb * 1024**3) if limit_gb else None
     started_at = _now()
     # Recorded with the result: a timeout is redone by a later run that allows longer (plan.py).
-    return replace(_run_isolated(job_fn, entry, settings, timeout, limit, limit_gb, started_at), timeout_s=timeout)
+    result = _run_isolated(job_fn, entry, settings, timeout, limit, limit_gb, started_at, lease)
+    return replace(result, timeout_s=timeout)
 
 
 def _run_isolated(
@@ -148,12 +162,13 @@ def _run_isolated(
     limit: int | None,
     limit_gb: float | None,
     started_at: str,
+    lease: Lease | None = None,
 ) -> ConversionResult:
     with tempfile.TemporaryDirectory(prefix="zoo-job-") as tmp:
         out = Path(tmp, "result.json")
         try:
             verdict, status = fork_server(preload=preload_for(settings)).run(
-                job_fn, entry, settings, str(out), timeout, limit
+                job_fn, entry, settings, str(out), timeout, limit, lease
             )
         except _ServerLost as exc:
             _discard_claimed(out, Path(settings.out_dir))
@@ -173,6 +188,40 @@ def _run_isolated(
     return failure_result(entry, kind, f"{message} during {where}" if where else message, started_at=started_at, stage=stage)
 
 
+class _Held:
+    """The caller's side of one job's benchmark lease: asked in a file, granted through a FIFO, freed in the file."""
+
+    def __init__(self, lease: Lease | None, ask: Path, fifo: Path) -> None:
+        self.lease, self.ask, self.fifo = lease, ask, fifo
+        self.state = "none"  # none -> acquired (granting) -> granted -> freed
+
+    def serve(self) -> float:
+        """Act on what the job said; returns the seconds spent waiting for the lease (off the job's clock)."""
+        if self.lease is None or self.state == "freed":
+            return 0.0
+        try:
+            said = self.ask.read_text()
+        except OSError:
+            return 0.0
+        waited = 0.0
+        if self.state == "none" and said == "ask":
+            t0 = time.monotonic()
+            self.lease.acquire()
+            waited = time.monotonic() - t0
+            self.state = "acquired"
+        if self.state == "acquired" and grant(self.fifo):
+            self.state = "granted"
+        if self.state == "granted" and said == "free":
+            self.give_back()
+        return waited
+
+    def give_back(self) -> None:
+        """Release the lease if this job holds it (also when it died holding it)."""
+        if self.lease is not None and self.state in ("acquired", "granted"):
+            self.state = "freed"
+            self.lease.release()
+
+
 class ForkServer:
     """One connection to the machine's fork server; one job at a time."""
 
@@ -186,21 +235,34 @@ class ForkServer:
         self._fresh = True
 
     def run(
-        self, job_fn: JobFn, entry: ManifestEntry, settings: Settings, out: str, timeout: float, limit: int | None
+        self,
+        job_fn: JobFn,
+        entry: ManifestEntry,
+        settings: Settings,
+        out: str,
+        timeout: float,
+        limit: int | None,
+        lease: Lease | None = None,
     ) -> tuple[FailureKind | None, int]:
         """Start the job in a child and watch it; return (our verdict or None, its exit status).
 
         The job is over when its child says its result is in place (status 0) or when it
         exits: a child tearing down a big address space does not hold up the next job.
+        With a ``lease``, a child that asks for it (``forked.alone_on_node``) gets it here;
+        the wait is added to its deadline.
         """
-        payload = pickle.dumps((job_fn, entry, settings, out))
+        if lease is not None:
+            os.mkfifo(out + ".grant", 0o600)
+        payload = pickle.dumps((job_fn, entry, settings, out, lease is not None))
         request: _Request = (sys.path, dict(os.environ), os.getcwd(), payload)
+        held = _Held(lease, Path(out + ".lease"), Path(out + ".grant"))
         with self.lock:
             try:
                 pid = self._start(request)
                 deadline = time.monotonic() + timeout
                 verdict: FailureKind | None = None
                 while True:
+                    deadline += held.serve()
                     left = deadline - time.monotonic()
                     message = _recv(self.sock, max(0.0, min(POLL_S, left)))
                     if message is not None and message.pid == pid:  # others are late news of earlier jobs
@@ -219,6 +281,8 @@ class ForkServer:
             except _ServerLost:
                 self.lost = True
                 raise
+            finally:
+                held.give_back()
 
     def _start(self, request: _Request) -> int:
         """Send the request, return the job's pid; the first one also waits out the server's warm-up."""
@@ -641,8 +705,9 @@ def _child(sys_path: list[str], env: dict[str, str], cwd: str, payload: bytes, d
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    job_fn, entry, settings, out = pickle.loads(payload)
+    job_fn, entry, settings, out, leased = pickle.loads(payload)
     claim_into(Path(out + ".claims"))
+    set_lease_paths((Path(out + ".lease"), Path(out + ".grant")) if leased else None)
     breadcrumb = Path(out + ".stage")
     try:
         result = job_fn(entry, settings, on_stage=breadcrumb.write_text)

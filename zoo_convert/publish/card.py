@@ -24,6 +24,9 @@ from ..sources import is_local
 from ..variants import REGISTRY
 from .candidates import Candidate, VariantRow
 from .hub import DEFAULT_ENDPOINT
+from .usage import ORT_CLASSES, ort_usage, transformers_js_missing
+
+__all__ = ["ORT_CLASSES", "model_card", "card_library", "printable"]
 
 # optimum task -> Hub pipeline tag (the ``-with-past`` suffix is stripped first).
 PIPELINE_TAGS = {
@@ -45,27 +48,10 @@ PIPELINE_TAGS = {
     "zero-shot-image-classification": "zero-shot-image-classification",
     "audio-classification": "audio-classification",
     "automatic-speech-recognition": "automatic-speech-recognition",
+    "zero-shot-object-detection": "zero-shot-object-detection",
+    "image-to-image": "image-to-image",
+    "text-to-image": "text-to-image",
 }
-# Hub pipeline tag -> the optimum.onnxruntime class that loads it (as optimum's own pipelines map it).
-ORT_CLASSES = {
-    "feature-extraction": "ORTModelForFeatureExtraction",
-    "sentence-similarity": "ORTModelForFeatureExtraction",
-    "fill-mask": "ORTModelForMaskedLM",
-    "text-classification": "ORTModelForSequenceClassification",
-    "token-classification": "ORTModelForTokenClassification",
-    "question-answering": "ORTModelForQuestionAnswering",
-    "multiple-choice": "ORTModelForMultipleChoice",
-    "text-generation": "ORTModelForCausalLM",
-    "text2text-generation": "ORTModelForSeq2SeqLM",
-    "image-classification": "ORTModelForImageClassification",
-    "image-segmentation": "ORTModelForSemanticSegmentation",
-    "image-to-text": "ORTModelForVision2Seq",
-    "zero-shot-image-classification": "ORTModelForZeroShotImageClassification",
-    "audio-classification": "ORTModelForAudioClassification",
-    "automatic-speech-recognition": "ORTModelForSpeechSeq2Seq",
-}
-
-
 @dataclass(frozen=True)
 class CardLibrary:
     """The library a repo's card says it is for.
@@ -135,13 +121,15 @@ def model_card(
     pipeline_tag = PIPELINE_TAGS.get((c.task or "").removesuffix("-with-past"))
     from_hub = not is_local(c.source)
     library = card_library(c)
+    # transformers.js is claimed (tag and section) only where its pipeline finds what it reads in the repo.
+    js = library.transformers_js and transformers_js_missing(c, pipeline_tag) is None
     timm_cfg = _timm_pretrained_cfg(c) if library.library_name == "timm" else None
     data = ModelCardData(
         base_model=printable(c.source) if from_hub else None,
         library_name=library.library_name,
         pipeline_tag=pipeline_tag,
         license=printable(license) if license else None,
-        tags=["onnx", "onnxruntime", "optimum", *(["transformers.js"] if library.transformers_js else []), "zoo-convert",
+        tags=["onnx", "onnxruntime", "optimum", *(["transformers.js"] if js else []), "zoo-convert",
               *([printable(c.model_type)] if c.model_type else [])],
     )
     name = repo_id.split("/")[-1]
@@ -179,22 +167,10 @@ def model_card(
         "",
         "## Usage",
         "",
-        "With [Optimum](https://huggingface.co/docs/optimum-onnx) and ONNX Runtime:",
-        "",
-        "```python",
-        f"from optimum.onnxruntime import {ORT_CLASSES.get(pipeline_tag or '', 'ORTModel')}",
-        "",
-        f'model = {ORT_CLASSES.get(pipeline_tag or "", "ORTModel")}.from_pretrained("{repo_id}", subfolder="onnx")',
-        *(
-            f'# {v.variant}: file_name="{Path(v.file).name}"'
-            for v in published
-            if v.variant != "fp32" and v.file
-        ),
-        "```",
-        "",
+        *_optimum(c, repo_id, pipeline_tag, published),
         *(
             _timm_usage(repo_id, timm_cfg, published) if timm_cfg is not None
-            else _transformers_js(c, repo_id, pipeline_tag, published) if library.transformers_js else []
+            else _transformers_js(c, repo_id, pipeline_tag, published) if js else []
         ),
         *(
             [
@@ -214,6 +190,24 @@ def model_card(
     # Whatever a field above did not escape (a CPU's name, a note) is escaped here; the card's own newlines stay.
     card = ModelCard(printable(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines), keep_newlines=True))
     return str(card)
+
+
+def _optimum(c: Candidate, repo_id: str, pipeline_tag: str | None, published: list[VariantRow]) -> list[str]:
+    """The card's optimum section: the class that loads the repo, the fp32 load, each other variant's load commented."""
+    usage = ort_usage(c, repo_id, pipeline_tag, published)
+    (first, load), *others = usage.loads
+    return [
+        "With [Optimum](https://huggingface.co/docs/optimum-onnx) and ONNX Runtime"
+        + (f" ({usage.note})" if usage.note else ":"),
+        "",
+        "```python",
+        f"from optimum.onnxruntime import {usage.cls}",
+        "",
+        f"model = {load}",
+        *(f"# {variant}: model = {other}" for variant, other in others),
+        "```",
+        "",
+    ]
 
 
 def _transformers_js(c: Candidate, repo_id: str, pipeline_tag: str | None, published: list[VariantRow]) -> list[str]:
@@ -353,7 +347,7 @@ def _conditions(v: VariantRow) -> str:
         f"batch x length {v.bench_shape}" if v.bench_shape else None,
         f"{v.bench_threads} thread{'s' if v.bench_threads != 1 else ''}" if v.bench_threads is not None else None,
         v.bench_cpu,
-        f"load average {v.bench_load:.2f}" if v.bench_load is not None else None,
+        f"other processes busy on {v.bench_load:.2f} CPUs" if v.bench_load is not None else None,
         f"ORT {v.ort_runs} runs, spread {v.ort_spread:.0%}" if v.ort_runs is not None and v.ort_spread is not None else None,
         f"PyTorch {v.torch_runs} runs, spread {v.torch_spread:.0%}"
         if v.torch_runs is not None and v.torch_spread is not None

@@ -1,21 +1,26 @@
-"""Benchmark stage: ONNX Runtime latency of every verified variant next to PyTorch eager, measured together.
+"""Benchmark stage: ONNX Runtime latency of every verified variant next to PyTorch eager, each side timed alone.
 
-One job is timed once: PyTorch and each variant's sessions run in rounds (one call
-of each side per round, in the same order every round), on the same inputs and the
-same thread count, so a machine that gets busier or quieter during the measurement
-moves every side alike and the speedups stay comparable. PyTorch is timed once per
-job, not once per variant. A model whose weights are stored outside its graph
+Each side (PyTorch, then each variant's sessions) is timed in a block of its own:
+warm-up, then enough calls for a median that repeats (:func:`_block`), on the same
+inputs and the same thread count, its sessions opened for its block and closed
+after it. Interleaving the sides call by call (what this stage did before) let
+one side's idle threads compete with the next side's: ONNX Runtime's pool spin-waits
+after a run, and at two threads PyTorch's bert read 10x slower than at one. Blocks
+are fair only if the machine is the same for all of them, so in a farm the stage
+runs in the node's latency phase (``forked.alone_on_node``: no conversion runs on the
+node meanwhile, one benchmark at a time), and every measurement records how many CPUs
+other processes kept busy during it (/proc/stat less this process's own time).
+PyTorch is timed once per job, not once per variant. A model whose weights are stored outside its graph
 (over ``Settings.external_data_threshold``) is not held beside the torch model:
-PyTorch is timed alone once its references are computed (:func:`time_torch_alone`)
-and released before optimize, whose children would otherwise add each variant's
-copy to it (llama-style, 2.3 GB of weights: held, the parent's 2.8 GB beside the fp16
-child's 4.2 GB made a 7.1 GB peak; timed first, 4.8 GB); its variants are then timed
-one session at a time.
+PyTorch is timed alone once its references are computed (:func:`time_torch_alone`,
+outside the latency phase) and released before optimize, whose children would otherwise
+add each variant's copy to it (llama-style, 2.3 GB of weights: held, the parent's 2.8 GB
+beside the fp16 child's 4.2 GB made a 7.1 GB peak; timed first, 4.8 GB).
 
 Every measurement carries its conditions: calls, p50, p90, spread (IQR / p50),
-threads, batch x length, CPU model and the load average during it. It is noisy
-when its spread is above :data:`NOISY_SPREAD` or the load above the machine's
-cores; noisy figures stay in the record but are left out of the dashboard's
+threads, batch x length, CPU model and the other processes' busy CPUs during it. It is noisy
+when its spread is above :data:`NOISY_SPREAD` or others kept more CPUs busy than the
+measurement left free (plus :data:`NOISY_OTHERS_SLACK`); noisy figures stay in the record but are left out of the dashboard's
 speedup headline, the ``slower`` regressions and the model card.
 
 The inputs are verify's (:func:`zoo_convert.verify.runtime.cases`, memoized, computed by
@@ -28,6 +33,7 @@ the reason in ``Latency.note``.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import platform
 import time
@@ -60,8 +66,15 @@ BENCH_SEQUENCE = 128
 # One second of 16 kHz audio for raw-waveform models.
 BENCH_AUDIO_SAMPLES = 16000
 MIN_RUNS = 5
+# Per side: untimed calls for at least this long, then timed calls for at least MIN_TIMED_S (bench_runs calls at least).
+WARMUP_S = 0.02
+MIN_TIMED_S = 0.05
+MAX_RUNS = 2000
 # A measurement whose interquartile range exceeds this share of its median is too spread to trust.
 NOISY_SPREAD = 0.15
+# ... or during which other processes kept more CPUs busy than the measurement left free, plus this slack
+# (a farm's own daemons: raylet, the driver's loop).
+NOISY_OTHERS_SLACK = 0.25
 TORCH = "torch"
 
 
@@ -93,7 +106,9 @@ def benchmark(exported: ExportedModel, artifacts: list[Artifact], settings: Sett
       128-token cache (the cache branch of a merged decoder), i.e. the cost
       of the first generated token after the prompt.
 
-    PyTorch runs eager under ``torch.inference_mode`` with the same thread count as ORT.
+    Each side is timed in a block of its own (:func:`_block`): PyTorch eager under
+    ``torch.inference_mode`` on ``settings.threads`` threads, then each variant's
+    sessions, opened for their block and closed after it, on as many intra-op threads.
     Returns a Latency per artifact variant; one that could not be timed has its reason in ``note``.
     """
     conditions = _Conditions(threads=settings.threads, cpu=cpu_model())
@@ -102,38 +117,21 @@ def benchmark(exported: ExportedModel, artifacts: list[Artifact], settings: Sett
     except Exception as exc:  # noqa: BLE001 - no inputs, no latency: every variant says why
         return {a.variant: _unmeasured(conditions, exc) for a in artifacts}
     conditions.shape = steps[0][1].label.split("/")[0] if steps else ""
-    times: dict[str, list[float]] = {TORCH: []}
+    times: dict[str, list[float]] = {}
     notes: dict[str, tuple[str, str | None]] = {}
     loads: list[float] = []
-    torch_side: dict[str, Callable[[], None]] = {}
     alone = exported.cache.torch_alone
     if alone is not None:  # timed before optimize; the torch model is gone
-        times[TORCH].extend(alone.ms)
+        times[TORCH] = list(alone.ms)
         loads.append(alone.load)
         if alone.failed is not None:
             notes[TORCH] = alone.failed
     else:
-        try:
-            torch_side[TORCH] = _torch_side(steps, settings)
-        except Exception as exc:  # noqa: BLE001 - the variants are still timed, without a speedup
-            notes[TORCH] = _why(exc)
-    groups = [[a] for a in artifacts] if too_big_to_hold(exported, settings) else [artifacts]
-    for group in groups:
-        sides = dict(torch_side)
-        for art in group:
-            try:
-                sides[art.variant] = _ort_side(art, steps, settings)
-            except Exception as exc:  # noqa: BLE001 - this variant goes unmeasured, the others are timed
-                notes[art.variant] = _why(exc)
-        loads.append(_load())
-        measured, failed = _interleaved(sides, settings)
-        loads.append(_load())
-        notes.update(failed)
-        for side, ms in measured.items():
-            times.setdefault(side, []).extend(ms)
-        sides.clear()  # close this group's sessions before the next group's open
+        _measure(TORCH, lambda: _torch_side(steps, settings), settings, times, notes, loads)
+    for art in artifacts:
+        _measure(art.variant, functools.partial(_ort_side, art, steps, settings), settings, times, notes, loads)
     conditions.load = max(loads, default=0.0)
-    torch_timing = _timing(times[TORCH]) if times[TORCH] and TORCH not in notes else None
+    torch_timing = _timing(times[TORCH]) if times.get(TORCH) and TORCH not in notes else None
     results = {}
     for art in artifacts:
         why = notes.get(art.variant) or (notes.get(TORCH) if torch_timing is None else None)
@@ -142,19 +140,42 @@ def benchmark(exported: ExportedModel, artifacts: list[Artifact], settings: Sett
     return results
 
 
+def _measure(
+    side: str,
+    make: Callable[[], Callable[[], None]],
+    settings: Settings,
+    times: dict[str, list[float]],
+    notes: dict[str, tuple[str, str | None]],
+    loads: list[float],
+) -> None:
+    """Make one side (its sessions, or the torch call), time it in its block, and let it go before the next side."""
+    try:
+        call = make()
+    except Exception as exc:  # noqa: BLE001 - this side goes unmeasured, the others are timed
+        notes[side] = _why(exc)
+        return
+    try:
+        ms, others = _block(call, settings)
+    except Exception as exc:  # noqa: BLE001 - recorded as this side's reason
+        notes[side] = _why(exc)
+        return
+    finally:
+        del call  # its sessions close before the next side's open
+    times[side] = ms
+    loads.append(others)
+
+
 def time_torch_alone(exported: ExportedModel, settings: Settings) -> None:
     """Time PyTorch now, alone, for a model :func:`too_big_to_hold`; the benchmark uses this figure.
 
     Called once verify's references are computed; the caller then releases the torch model.
     Never raises: a failure is kept as PyTorch's note for every variant.
     """
-    load = _load()
-    try:
-        measured, failed = _interleaved({TORCH: _torch_side(bench_cases(exported, settings), settings)}, settings)
-        why = failed.get(TORCH)
-    except Exception as exc:  # noqa: BLE001 - recorded on every variant
-        measured, why = {}, _why(exc)
-    exported.cache.torch_alone = TorchAlone(tuple(measured.get(TORCH, ())), why, max(load, _load()))
+    times: dict[str, list[float]] = {}
+    notes: dict[str, tuple[str, str | None]] = {}
+    loads: list[float] = []
+    _measure(TORCH, lambda: _torch_side(bench_cases(exported, settings), settings), settings, times, notes, loads)
+    exported.cache.torch_alone = TorchAlone(tuple(times.get(TORCH, ())), notes.get(TORCH), max(loads, default=0.0))
 
 
 def too_big_to_hold(exported: ExportedModel, settings: Settings) -> bool:
@@ -171,7 +192,8 @@ class _Conditions:
     load: float = 0.0
 
     def latency(self, ort: Timing | None, torch: Timing | None, why: tuple[str, str | None] | None) -> Latency:
-        noisy = self.load > (os.cpu_count() or 1) or any(t is not None and t.spread > NOISY_SPREAD for t in (ort, torch))
+        free = max(0, _cpus() - self.threads)
+        noisy = self.load > free + NOISY_OTHERS_SLACK or any(t is not None and t.spread > NOISY_SPREAD for t in (ort, torch))
         return Latency(
             ort=ort,
             torch=torch,
@@ -239,49 +261,82 @@ def _ort_side(art: Artifact, steps: list[tuple[Component, Case]], settings: Sett
     return run
 
 
-def _interleaved(
-    sides: dict[str, Callable[[], None]], settings: Settings
-) -> tuple[dict[str, list[float]], dict[str, tuple[str, str | None]]]:
-    """Milliseconds per call of each side, in rounds of one call each; a side that fails drops out with its reason.
+def _block(call: Callable[[], None], settings: Settings) -> tuple[list[float], float]:
+    """Milliseconds per call of one side, timed in a block of its own; and the CPUs other processes kept busy meanwhile.
 
-    Warm-up calls first (``bench_warmup`` each); then rounds until every side has
-    ``bench_runs`` calls, or, after MIN_RUNS rounds, once the slowest side has spent
-    ``bench_budget_s``: the farm's throughput should not hinge on one big graph.
+    Warm-up first: at least ``bench_warmup`` calls and :data:`WARMUP_S` seconds (the first
+    calls pay allocations and, in ONNX Runtime, its thread pool's start). Then timed calls
+    until there are ``bench_runs`` of them and :data:`MIN_TIMED_S` seconds of them, or,
+    after :data:`MIN_RUNS`, once ``bench_budget_s`` is spent: one big graph should not
+    hold the node's latency phase. No other side runs in between, so no side's threads
+    (ONNX Runtime's spin-waiting pool, PyTorch's OpenMP pool) compete with another's.
     """
-    failed: dict[str, tuple[str, str | None]] = {}
-
-    def call(side: str) -> float | None:
+    warm_until = time.perf_counter() + min(WARMUP_S, settings.bench_budget_s / 4)
+    for i in itertools.count():
+        if i >= settings.bench_warmup and time.perf_counter() >= warm_until:
+            break
+        call()
+    busy = _Busy()
+    ms: list[float] = []
+    spent = 0.0
+    while len(ms) < MAX_RUNS:
+        if len(ms) >= max(1, settings.bench_runs) and spent >= MIN_TIMED_S:
+            break
+        if len(ms) >= MIN_RUNS and spent > settings.bench_budget_s:
+            break
         t0 = time.perf_counter()
-        try:
-            sides[side]()
-        except Exception as exc:  # noqa: BLE001 - recorded as this side's reason
-            failed[side] = _why(exc)
-            return None
-        return (time.perf_counter() - t0) * 1000.0
+        call()
+        elapsed = time.perf_counter() - t0
+        ms.append(elapsed * 1000.0)
+        spent += elapsed
+    return ms, busy.others()
 
-    for _ in range(settings.bench_warmup):
-        for side in [s for s in sides if s not in failed]:
-            call(side)
-    times: dict[str, list[float]] = {side: [] for side in sides}
-    rounds = 0
-    while rounds < max(1, settings.bench_runs):
-        live = [s for s in sides if s not in failed]
-        if not live:
-            break
-        for side in live:
-            ms = call(side)
-            if ms is not None:
-                times[side].append(ms)
-        rounds += 1
-        spent = max((sum(times[s]) for s in live), default=0.0) / 1000.0
-        if rounds >= MIN_RUNS and spent > settings.bench_budget_s:
-            break
-    return {s: ms for s, ms in times.items() if s not in failed}, failed
+
+class _Busy:
+    """CPUs kept busy by other processes since this was made: the machine's busy time (/proc/stat) less this process's."""
+
+    def __init__(self) -> None:
+        self.t0, self.machine0, self.own0 = time.perf_counter(), _machine_busy_s(), _own_cpu_s()
+
+    def others(self) -> float:
+        wall = time.perf_counter() - self.t0
+        machine = _machine_busy_s()
+        if wall <= 0 or machine is None or self.machine0 is None:
+            return _load()  # no /proc/stat: the load average is the best there is
+        return max(0.0, (machine - self.machine0 - (_own_cpu_s() - self.own0)) / wall)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _machine_busy_s() -> float | None:
+    """CPU-seconds every CPU of the machine spent on anything but idle and I/O wait since boot (Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+def _own_cpu_s() -> float:
+    """CPU-seconds of this process, every thread (ONNX Runtime's and PyTorch's pools included)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def _timing(ms: list[float]) -> Timing:
     q1, p50, q3, p90 = (float(np.percentile(ms, q)) for q in (25, 50, 75, 90))
     return Timing(p50_ms=round(p50, 4), p90_ms=round(p90, 4), runs=len(ms), spread=round((q3 - q1) / p50, 4) if p50 > 0 else 0.0)
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _load() -> float:

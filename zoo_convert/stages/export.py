@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import onnx_graph
-from ..errors import ExportError, FailureKind, ZooConvertError, first_line, is_our_bug
+from ..errors import ExportError, FailureKind, UnsafeCheckpointError, ZooConvertError, first_line, is_our_bug
 from ..exporters import diffusion, generic, torch_onnx, torch_seq2seq
 from ..job import ModuleState
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
@@ -109,8 +109,11 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
     except Exception as exc:  # noqa: BLE001 - every exporter failure is recorded as export_error
         if is_our_bug(exc):
             raise
+        _read_back(onnx_dir, entry.exporter, exc)  # a graph the exporter wrote cut short, read by its own post-processing
+        _refused_pickle(exc)
         note = _missing_processor(ckpt, task)
         raise ExportError(f"{first_line(exc)}{note}" if note else f"{type(exc).__name__}: {exc}") from exc
+    _read_back(onnx_dir, details.get("exporter", entry.exporter))
     weights = _param_bytes(components)
     # Weights out of the graph for the whole job: every later read of a graph's structure
     # (check, census, input names, the fusers' and quantizers' walks) skips them.
@@ -142,6 +145,9 @@ def _export_diffusers(ckpt: Checkpoint, entry: ManifestEntry, out_dir: Path) -> 
         if is_our_bug(exc):
             raise
         raise ExportError(f"{type(exc).__name__}: {exc}") from exc
+    for comp in components:
+        if (why := onnx_graph.unread(comp.path)) is not None:
+            raise onnx_graph.cut_short(comp.path, "the diffusers exporter", why)
     weights = _param_bytes(components)
     for comp in components:
         onnx_graph.externalize(comp.path)
@@ -538,6 +544,48 @@ def _export_optimum(ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Pa
     )
     components = _post_processed(main_config, onnx_dir, models_and_configs, subpaths, as_loaded)
     return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
+
+
+def _refused_pickle(exc: BaseException) -> None:
+    """Raise what a pickle torch's safe loader refused is, when that is behind ``exc``.
+
+    transformers loads ``pytorch_model.bin`` with ``torch.load(weights_only=True)``; when that refuses
+    the payload (a global other than tensors), optimum retries as a TensorFlow checkpoint and the
+    error left is "No module named 'tensorflow'". Nothing of the pickle ran.
+    """
+    import pickle
+    import re
+
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    refused = [c for c in chain if isinstance(c, pickle.UnpicklingError)]
+    if not refused:
+        return
+    named = next((m.group(1) for c in chain if (m := re.search(r"checkpoint file for '[^']*' at '([^']+)'", str(c)))), None)
+    why = first_line(refused[-1]).split(". Please use")[0]  # the innermost: which global it refused
+    raise UnsafeCheckpointError(
+        f"{Path(named).name if named else 'the pickle weights'}: refused as unsafe by torch's weights-only loader"
+        f" ({why}); the pickle holds more than tensors, and loading it in full would run that code. Nothing of it ran;"
+        " allow_pickle does not extend to code: convert a safetensors copy of the weights"
+    ) from exc
+
+
+def _read_back(onnx_dir: Path, exporter: str, cause: BaseException | None = None) -> None:
+    """Every graph the exporter wrote must read back whole before anything reads it: a file cut short is the disk's.
+
+    The exporters write through writers that report no failed write (torch.onnx's, onnx's C++),
+    so a full disk leaves a protobuf that ends mid-field, recorded as a corrupt model (``internal``
+    or ``export_error``) instead of ``storage_error`` (:func:`onnx_graph.read_back`).
+    """
+    for path in sorted(onnx_dir.rglob("*.onnx")):
+        why = onnx_graph.unread(path)
+        if why is not None:
+            raise onnx_graph.cut_short(path, f"the {exporter} exporter", why) from cause
 
 
 def _post_processed(

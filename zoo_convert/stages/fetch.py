@@ -310,8 +310,10 @@ def _vet(path: Path, resolved: str, entry: ManifestEntry) -> Checkpoint:
         return diffusion.vet(path, resolved, entry)
     config_file = path / "config.json"
     if not os.path.lexists(config_file):
+        _not_a_source(path, entry)
         raise FetchError(f"{entry.source}: no config.json in {path} — not a transformers checkpoint folder (nor a diffusers pipeline: no model_index.json)")
     config = _check_config(_json_file(config_file, entry), entry)
+    _check_quantization(config, entry)
     library = _library(path, config)
     model_type = config.get("model_type") or config.get("architecture") or ""
     if config.get("auto_map") and not entry.allow_remote_code:
@@ -380,10 +382,66 @@ def _check_model_type(model_type: str, entry: ManifestEntry) -> None:
         )
 
 
+def _not_a_source(path: Path, entry: ManifestEntry) -> None:
+    """Say what a folder without config.json is when it is a known non-source: a PEFT adapter, GGUF files."""
+    if os.path.isfile(path / "adapter_config.json") and not os.path.islink(path / "adapter_config.json"):
+        adapter = _json_file(path / "adapter_config.json", entry)
+        base = adapter.get("base_model_name_or_path") if isinstance(adapter, dict) else None
+        kind = adapter.get("peft_type") if isinstance(adapter, dict) else None
+        raise ExportError(
+            f"{entry.source}: a PEFT adapter ({kind or 'adapter_config.json'}), not a model: its base model is"
+            f" {base or 'not named in adapter_config.json'}; merge the adapter into it (peft's merge_and_unload,"
+            " then save_pretrained) and convert the merged folder",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+    _gguf_only(path, entry)
+
+
+def _gguf_only(path: Path, entry: ManifestEntry) -> None:
+    gguf = sorted(p.name for p in path.glob("*.gguf"))
+    if gguf:
+        raise ExportError(
+            f"{entry.source}: only GGUF weights ({', '.join(gguf[:3])}{', ...' if len(gguf) > 3 else ''}): GGUF is"
+            " llama.cpp's format, not a conversion source; convert the safetensors checkpoint it was made from",
+            kind=FailureKind.EXPORT_UNSUPPORTED,
+        )
+
+
+def _check_quantization(config: dict[str, Any], entry: ManifestEntry) -> None:
+    """A quantized checkpoint's weights are packed for its method's kernels: not a source whose fp32 graph we can verify."""
+    quant = config.get("quantization_config")
+    if not quant:
+        return
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    raise ExportError(
+        f"{entry.source}: config.json has a quantization_config ({method or 'method not named'}): a quantized"
+        " checkpoint is not a conversion source (its weights are packed for that method's kernels, with no float"
+        " graph to verify against); convert the unquantized checkpoint it was made from, and take int8/q4 from here",
+        kind=FailureKind.EXPORT_UNSUPPORTED,
+    )
+
+
+def _check_shards(path: Path, entry: ManifestEntry) -> None:
+    """Every shard a weights index names is in the folder: else name the missing files (a fetch-time fact)."""
+    for index in sorted([*path.glob("*.safetensors.index.json"), *path.glob("pytorch_model*.bin.index.json")]):
+        found = _json_file(index, entry)
+        weight_map = found.get("weight_map") if isinstance(found, dict) else None
+        if not isinstance(weight_map, dict):
+            raise FetchError(f"{entry.source}: {index.name} has no weight_map")
+        missing = sorted({str(f) for f in weight_map.values() if not os.path.isfile(path / str(f))})
+        if missing:
+            raise FetchError(
+                f"{entry.source}: {index.name} names {len(missing)} shard(s) that are not in the checkpoint:"
+                f" {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+            )
+
+
 def _check_weights(path: Path, entry: ManifestEntry) -> None:
     safe = sorted(path.glob("*.safetensors"))
     pickled = [p for pattern in PICKLE_WEIGHTS for p in path.glob(pattern)]
+    _check_shards(path, entry)
     if not safe and not pickled:
+        _gguf_only(path, entry)
         raise FetchError(f"{entry.source}: no weights found in {path} (expected *.safetensors)")
     if not safe and not entry.allow_pickle:
         raise UnsafeCheckpointError(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import os
 import pickle
@@ -34,7 +35,7 @@ import struct
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -74,6 +75,55 @@ _HEADER = struct.Struct("!cI")  # message type, payload length
 _STEP, _RESULT, _RAISED = b"s", b"r", b"x"
 # Where the child writes its reports; None in a process that is not such a child.
 _report_fd: int | None = None
+# In a fork-server job whose caller leases it the node for its benchmark (isolation.Lease): the file it asks
+# in and the FIFO the grant comes through (see alone_on_node). None elsewhere: the job times where it is.
+_lease_paths: tuple[Path, Path] | None = None
+
+
+def set_lease_paths(paths: tuple[Path, Path] | None) -> None:
+    """Called by the fork-server child before its job runs: where :func:`alone_on_node` asks and waits."""
+    global _lease_paths
+    _lease_paths = paths
+
+
+@contextlib.contextmanager
+def alone_on_node() -> Iterator[float]:
+    """Hold the node to this job alone for the block: the farm's latency phase (yields the seconds waited for it).
+
+    In a farm job, the job asks its caller (a file), which takes the node's benchmark lease
+    (``farm``: no conversion runs on the node meanwhile, one benchmark at a time) and grants it
+    through a FIFO this process blocks on, using no CPU while others are timed; leaving the
+    block says the node is free again. Outside such a job (``convert``, a test) a no-op.
+    """
+    if _lease_paths is None:
+        yield 0.0
+        return
+    ask, grant = _lease_paths
+    t0 = time.monotonic()
+    ask.write_text("ask")
+    with open(grant, "rb") as fifo:  # blocks until the caller opens it for writing: the grant
+        fifo.read(1)
+    waited = time.monotonic() - t0
+    try:
+        yield waited
+    finally:
+        with contextlib.suppress(OSError):
+            ask.write_text("free")
+
+
+def grant(fifo: Path) -> bool:
+    """The caller's side of :func:`alone_on_node`: grant the lease; False while the job is not yet waiting on the FIFO."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader yet: it asked, and has not reached open()
+            return False
+        raise
+    try:
+        os.write(fd, b"!")
+    finally:
+        os.close(fd)
+    return True
 
 
 def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:

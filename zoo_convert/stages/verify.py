@@ -131,7 +131,9 @@ def judge(exported: ExportedModel, artifact: Artifact, checks: tuple[OutputCheck
                 at_long[output, case.label] = shapes.length_unit(comp.onnx_config)
     failed = [c for c in checks if not c.passed]
     if failed:
-        worst = max(failed, key=lambda c: (np.nan_to_num(c.max_abs, nan=np.inf), -c.cosine))
+        # The worst is the check whose element went furthest past its elementwise bound.
+        worst = max(failed, key=lambda c: (np.nan_to_num(c.bound_used, nan=np.inf), np.nan_to_num(c.max_abs, nan=np.inf),
+                                           -c.cosine))  # fmt: skip
         long_only = None
         if all((c.output, c.shape) in at_long for c in failed):
             long_only = f"{worst.shape} (batch x {at_long[worst.output, worst.shape]})"

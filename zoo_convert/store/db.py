@@ -346,6 +346,7 @@ def verification_rows(result: ConversionResult, *, run_id: str, job_key: str) ->
             "n_nan": o.nan,
             "n_inf": o.inf,
             "passed": o.passed,
+            "bound_used": o.bound_used,
         }
         for v in result.variants
         for o in v.outputs

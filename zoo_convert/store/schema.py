@@ -454,6 +454,16 @@ GROUP BY ALL;
 """
 
 
+# Verdicts that follow the output's scale (issue 33): a check passes when every element's
+# |onnx - torch| is within max_abs + rtol * |torch| (``checks.Tolerance``); ``bound_used`` is the
+# largest share of that bound an element used (at most 1 passes; 0 where the variant has no bound:
+# int8, q4), so how close a passing model came to failing is a query. Only the table changes: no
+# view reads ``verification``. The tolerances themselves are in ``runs.settings``.
+_BOUND_USED = """
+ALTER TABLE verification ADD COLUMN bound_used DOUBLE;
+"""
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -475,6 +485,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "generation", _GENERATION),
     Migration(10, "exporter used", _EXPORTER_USED),
     Migration(11, "deployment targets", _TARGETS),
+    Migration(12, "verification.bound_used", _BOUND_USED),
 )
 
 SCHEMA_MIGRATIONS = """

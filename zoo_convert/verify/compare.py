@@ -53,10 +53,26 @@ def compare(
     max_rel = float((diff / np.maximum(np.abs(r), 1e-6)).max()) if diff.size else 0.0
     norms = float(np.linalg.norm(r) * np.linalg.norm(g))
     cosine = float(r @ g / norms) if norms > 0 else (1.0 if max_abs == 0.0 else 0.0)
-    passed = finite_mismatch == 0 and max_abs <= tol.max_abs and cosine >= tol.min_cosine
+    used = bound_used(r, diff, tol)
+    passed = finite_mismatch == 0 and used <= 1.0 and cosine >= tol.min_cosine
     if ref.size == 1 and diff.size and not np.isfinite(tol.max_abs):
         passed = passed and max_rel <= single_value_rel(tol)
-    return OutputCheck(output, shape, max_abs, max_rel, mean_abs, cosine, nan, inf, passed=passed)
+    return OutputCheck(output, shape, max_abs, max_rel, mean_abs, cosine, nan, inf, passed=passed, bound_used=used)
+
+
+def bound_used(ref: np.ndarray, diff: np.ndarray, tol: Tolerance) -> float:
+    """The largest share of its elementwise bound any element's difference uses; the check passes at <= 1.
+
+    The bound is ``numpy.allclose``'s, ``tol.max_abs + tol.rtol * |ref|`` per element, so an output's
+    bound follows its own scale: a logit of 25 may differ by 0.025 at fp32's rtol, a value near zero
+    by ``max_abs``. An unbounded tolerance (int8, q4: max_abs inf) uses none of it.
+    """
+    if not diff.size or not np.isfinite(tol.max_abs):
+        return 0.0
+    bound = tol.max_abs + tol.rtol * np.abs(ref)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return float(share.max())
 
 
 def single_value_rel(tol: Tolerance) -> float:

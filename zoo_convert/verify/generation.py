@@ -311,8 +311,11 @@ def check(
     tie = False
     if first is not None:
         step = ref.logits[first]
-        # Only a finite tolerance makes two candidates "closer than it" (int8's max abs is unbounded).
-        tie = bool(np.isfinite(tol.max_abs) and step[ref.tokens[first]] - step[own[first]] <= tol.max_abs)
+        # Only a finite tolerance makes two candidates "closer than it" (int8's max abs is unbounded);
+        # the bound is the elementwise one at the larger of the two logits.
+        best, other = float(step[ref.tokens[first]]), float(step[own[first]])
+        bound = tol.max_abs + tol.rtol * max(abs(best), abs(other))
+        tie = bool(np.isfinite(tol.max_abs) and best - other <= bound)
     return Generation(STEPS, checks, float(same.mean()), first, tie)
 
 

@@ -238,6 +238,8 @@ def _preprocessor(auto: str, folder: Path, remote: bool) -> Any:
 
     processor = _auto(auto, folder, remote)
     images = isinstance(processor, ImageProcessingMixin) or not isinstance(processor, FeatureExtractionMixin)
+    if images and _needs_more_than_an_image(processor):
+        return processor  # ViTPose's needs the person boxes: it loaded, which is what a broken file would not do
     if images:
         processor(images=sample_images(1, 40, 48), return_tensors="np")
     else:
@@ -245,6 +247,18 @@ def _preprocessor(auto: str, folder: Path, remote: bool) -> Any:
         wave = np.sin(np.arange(rate // 2, dtype=np.float32) * 0.05).astype(np.float32)
         processor(wave, sampling_rate=rate, return_tensors="np")
     return processor
+
+
+def _needs_more_than_an_image(processor: Any) -> list[str]:
+    """The arguments besides the images an image processor's ``preprocess`` requires (ViTPose's ``boxes``); [] if none."""
+    import inspect
+
+    try:
+        params = inspect.signature(processor.preprocess).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_ONLY)
+    return [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty and p.name != "images"]
 
 
 def _generation_config(folder: Path) -> Any:

@@ -40,7 +40,7 @@ function jobStatus(jobStatus, variantStatuses) {
 // The median is taken over the calm fp32 latencies only: say over how many models, and why the others are out.
 function speedupNote(h) {
   const notTimed = h.models - h.speedup_n - h.speedup_noisy;
-  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (spread > ${num(100 * DATA.noisy_spread, 2)}% or load above the cores)` : null,
+  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (spread > ${num(100 * DATA.noisy_spread, 2)}% or other processes on the CPUs it needed)` : null,
     notTimed ? `${notTimed} not timed (fp32 not verified, or no latency)` : null].filter(Boolean);
   return `median fp32 speedup vs PyTorch over ${h.speedup_n} of ${h.models} models`
     + (out.length ? `; ${h.models - h.speedup_n} left out: ${out.join(", ")}` : "");
@@ -56,11 +56,47 @@ function renderHeadline() {
     [`${h.variants_verified}/${h.variants}`, "variants verified (of those made)"],
     [h.median_speedup === null ? "–" : num(h.median_speedup, 3) + "×", speedupNote(h)],
     [DATA.regressions.length, "regressions in the latest run"],
-    [h.runs, "runs"],
-    [h.result_rows, "result rows"],
   ];
   $("#headline").innerHTML = cards.map(([v, l]) => `<div class="card"><b>${esc(v)}</b><span>${esc(l)}</span></div>`).join("");
-  $("#meta").textContent = `latest run ${h.latest_run ? runLabel(h.latest_run, h.latest_name) : "–"} · generated ${DATA.generated_at}`;
+  $("#meta").textContent = `latest run ${h.latest_run ? runLabel(h.latest_run, h.latest_name) : "–"} · ${h.runs} runs · `
+    + `${h.result_rows} result rows · generated ${DATA.generated_at}`;
+}
+
+// A model's readable name (its folder's last part, a Hub id as it is), its whole source in the title.
+function modelName(m) { return `<span class="clamp" title="${esc(m.source)}">${esc(m.name ?? m.source)}</span>`; }
+// A latency measured under noise is no figure to read: marked, never shown as a number (as the speedup leaves it out).
+function p50(ms, noisy) { return noisy ? '<span class="noisy" title="measured under noise (spread or load): left out">noisy</span>' : num(ms); }
+
+// What broke: every model not passed, worst first, each opening its drill-down; the first screen's answer.
+function renderBroke() {
+  const broke = DATA.models.filter((m) => m.status !== "passed")
+    .sort((a, b) => STATUS_ORDER[a.status] - STATUS_ORDER[b.status] || a.id - b.id);
+  const counts = ["failed", "inconclusive", "partial"].map((s) => [s, broke.filter((m) => m.status === s).length]).filter(([, n]) => n);
+  $("#broke-note").textContent = broke.length
+    ? counts.map(([s, n]) => `${n} ${s === "failed" ? "not converted" : s}`).join(" · ") + " · click a row for details"
+    : "latest result per model";
+  $("#broke").innerHTML = broke.length ? `<div class="scroll short">${table(
+    [["model", (m) => modelName(m)], ["type", (m) => esc(m.model_type ?? "unknown")], ["status", (m) => badge(m.status)],
+     ["failed", (m) => esc(VARIANTS.filter((v) => (m.failed_variants || []).includes(v)).join(" ") || (m.status === "failed" ? "all" : "–"))],
+     ["failure", (m) => esc(m.failure_kind)],
+     ["message", (m) => `<span class="msg clamp" title="${esc(m.message)}">${esc(m.message)}</span>`]],
+    broke, "")}</div>` : '<p class="empty-note">nothing broke: every model of the latest results passed</p>';
+  $("#broke").querySelectorAll("tbody tr").forEach((tr, i) => {
+    tr.dataset.id = broke[i].id;
+    tr.addEventListener("click", () => showModel(broke[i]));
+  });
+}
+
+// Where each variant runs and how fast: one row per target and variant (DATA.targets; today ONNX Runtime on the
+// CPU that converted it, the deployment targets join with the same columns).
+function renderTargets() {
+  const rows = DATA.targets || [];
+  $("#targets").innerHTML = table(
+    [["target", (t) => `<span title="${esc(t.label)}">${esc(t.target)}</span>`], ["variant", (t) => esc(t.variant)],
+     ["verified", (t) => `${t.passed}/${t.models}`, true],
+     ["p50 ms", (t) => `<span title="median over ${t.timed} calm latencies; ${t.noisy} noisy left out">${num(t.median_p50_ms)}</span>`, true],
+     ["calm", (t) => t.timed, true], ["noisy", (t) => t.noisy, true]],
+    rows, "no results yet");
 }
 
 function renderMatrix() {
@@ -71,8 +107,10 @@ function renderMatrix() {
     rows.get(key).cells[m.variant] = m;
   }
   if (!rows.size) { $("#matrix").innerHTML = '<p class="empty-note">no results yet</p>'; return; }
+  const broken = (r) => Object.values(r.cells).some((c) => c.passed < c.models);
+  const ordered = [...rows.values()].sort((a, b) => broken(b) - broken(a));
   let html = `<table class="heat"><thead><tr><th>model type</th><th>task</th><th>opset</th>${VARIANTS.map((v) => `<th>${v}</th>`).join("")}</tr></thead><tbody>`;
-  for (const r of rows.values()) {
+  for (const r of ordered) {
     html += `<tr><td>${esc(r.model_type)}</td><td>${esc(r.task ?? "–")}</td><td class="num">${esc(r.opset)}</td>`;
     for (const v of VARIANTS) {
       const c = r.cells[v];
@@ -162,12 +200,12 @@ function renderFailures() {
   $("#signatures").innerHTML = table(
     [["kind", (s) => esc(s.failure_kind)], ["n", (s) => s.n, true], ["models", (s) => s.models, true],
      ["signature", (s) => `<span class="msg" title="${esc(s.example)}">${esc(s.signature)}</span>`],
-     ["e.g.", (s) => esc(s.sample_models.join(", "))]],
+     ["e.g.", (s) => `<span title="${esc(s.sample_models.join("\n"))}">${esc((s.sample_names || s.sample_models).join(", "))}</span>`]],
     DATA.signatures, "no failures");
   const h = DATA.headline;
   $("#regression-note").textContent = h.latest_run ? `in ${runLabel(h.latest_run, h.latest_name)}, vs each model's latest earlier result` : "";
   $("#regressions").innerHTML = table(
-    [["what", (r) => esc(r.regression)], ["model", (r) => esc(r.source)], ["exporter", (r) => esc(r.exporter)],
+    [["what", (r) => esc(r.regression)], ["model", (r) => modelName(r)], ["exporter", (r) => esc(r.exporter)],
      ["opset", (r) => esc(r.opset ?? "–"), true], ["variant", (r) => esc(r.variant)], ["since", (r) => esc(r.since_run)],
      ["what changed", (r) => `<span class="msg">${esc(r.changed)}</span>`],
      ["max abs", (r) => `${num(r.previous_max_abs)} → ${num(r.max_abs)}`, true],
@@ -178,7 +216,7 @@ function renderFailures() {
 
 // Each column: header, cell HTML, the raw value it sorts and exports by, and whether it is a number.
 const MODEL_COLS = [
-  { name: "model", html: (m) => `<span class="clamp" title="${esc(m.source)}">${esc(m.source)}</span>`, value: (m) => m.source, cls: "c-model" },
+  { name: "model", html: (m) => modelName(m), value: (m) => m.name ?? m.source, cls: "c-model" },
   { name: "type", html: (m) => esc(m.model_type ?? "unknown"), value: (m) => m.model_type },
   { name: "task", html: (m) => esc(m.task), value: (m) => m.task, cls: "c-minor" },
   { name: "exporter", html: (m) => esc(m.exporter), value: (m) => m.exporter, cls: "c-minor" },
@@ -187,7 +225,7 @@ const MODEL_COLS = [
   ...VARIANTS.map((v) => ({ name: v, html: (m) => badge((m.variants || {})[v]), value: (m) => (m.variants || {})[v] ?? null })),
   { name: "max abs fp32", html: (m) => num(m.max_abs), value: (m) => m.max_abs, num: true },
   { name: "speedup", html: (m) => (m.speedup ? num(m.speedup) + "×" : "–"), value: (m) => m.speedup, num: true },
-  { name: "ORT p50 ms", html: (m) => num(m.ort_p50_ms), value: (m) => m.ort_p50_ms, num: true, cls: "c-minor" },
+  { name: "ORT p50 ms", html: (m) => p50(m.ort_p50_ms, m.ort_p50_noisy), value: (m) => (m.ort_p50_noisy ? null : m.ort_p50_ms), num: true, cls: "c-minor" },
   { name: "failure", html: (m) => esc(m.failure_kind), value: (m) => m.failure_kind, cls: "c-kind" },
   // Two lines at most, so a failure row stays a row; the whole message is in its title and the drill-down.
   { name: "message", html: (m) => `<span class="msg clamp" title="${esc(m.message)}">${esc(m.message)}</span>`, value: (m) => m.message, cls: "c-message" },
@@ -252,7 +290,7 @@ function filterModels() {
   let rows = DATA.models.filter((m) =>
     (!status || (status === "problem" ? m.status !== "passed" : m.status === status)) &&
     Object.entries(want).every(([k, v]) => !v || m[k] === v) &&
-    (!q || [m.source, m.task, m.model_type, m.message, m.failure_kind].some((s) => (s || "").toLowerCase().includes(q))));
+    (!q || [m.source, m.name, m.task, m.model_type, m.message, m.failure_kind].some((s) => (s || "").toLowerCase().includes(q))));
   if (SORT.col !== null) rows = rows.slice().sort(compareBy(MODEL_COLS[SORT.col], SORT.dir));
   shownModels = rows;
   document.querySelectorAll("#models thead th").forEach((th, i) => {
@@ -265,10 +303,10 @@ function filterModels() {
 
 // The rows shown (filtered and sorted) with raw values: nothing rounded or cut.
 ZOO.modelsCsv = function () {
-  const cols = [["source", (m) => m.source], ["model_type", (m) => m.model_type], ["task", (m) => m.task],
+  const cols = [["name", (m) => m.name], ["source", (m) => m.source], ["model_type", (m) => m.model_type], ["task", (m) => m.task],
     ["exporter", (m) => m.exporter], ["opset", (m) => m.opset], ["revision", (m) => m.revision], ["status", (m) => m.status],
     ...VARIANTS.map((v) => [v, (m) => (m.variants || {})[v]]), ["max_abs_fp32", (m) => m.max_abs],
-    ["speedup", (m) => m.speedup], ["ort_p50_ms", (m) => m.ort_p50_ms], ["failure_kind", (m) => m.failure_kind],
+    ["speedup", (m) => m.speedup], ["ort_p50_ms", (m) => m.ort_p50_ms], ["ort_p50_noisy", (m) => m.ort_p50_noisy], ["failure_kind", (m) => m.failure_kind],
     ["message", (m) => m.message], ["run", (m) => m.run]];
   return [cols.map((c) => c[0]), ...shownModels.map((m) => cols.map((c) => c[1](m)))].map((r) => r.map(csvCell).join(",")).join("\r\n") + "\r\n";
 };
@@ -344,7 +382,7 @@ function openDetail(id) {
   const tr = document.querySelector(`#models tr[data-id="${id}"]`);
   if (tr) tr.classList.add("sel");
   const drill = $("#drill");
-  drill.innerHTML = `<h2>${esc(m.source)} <small>${esc(m.exporter)} · opset ${esc(m.opset ?? "–")} · run ${esc(m.run)}</small></h2><p class="empty-note">loading…</p>`;
+  drill.innerHTML = `<h2>${esc(m.name ?? m.source)} <small>${esc(m.exporter)} · opset ${esc(m.opset ?? "–")} · run ${esc(m.run)}</small></h2><p class="empty-note">loading…</p>`;
   loadDetail(id, (d) => renderDetail(m, d));
 }
 
@@ -365,7 +403,7 @@ function conditions(v) {
   if (v.bench_note) return v.bench_note;
   if (v.bench_threads == null) return "";
   const spread = [v.ort_spread, v.torch_spread].filter((s) => s != null).map((s) => num(100 * s, 2) + "%").join(" / ");
-  return `${v.bench_threads} thread(s) · ${v.bench_shape ?? "?"} · ${v.bench_cpu ?? "?"} · load ${num(v.bench_load, 2)}`
+  return `${v.bench_threads} thread(s) · ${v.bench_shape ?? "?"} · ${v.bench_cpu ?? "?"} · others busy on ${num(v.bench_load, 2)} CPUs`
     + (spread ? ` · spread ${spread}` : "") + (v.bench_noisy ? " · noisy: left out of the speedups" : "");
 }
 
@@ -373,10 +411,11 @@ function renderDetail(m, d) {
   const st = d.stages || {};
   const tol = tolerances(st.tolerances);
   const versions = Object.entries(st.versions || {}).map(([k, v]) => `${k} ${v}`).join(" · ");
-  let html = `<h2>${esc(m.source)} <small>${esc(m.model_type ?? "unknown type")} · ${esc(m.task)} · ${esc(m.exporter)} · opset ${esc(m.opset ?? "–")} · run ${esc(m.run)} · attempts ${esc(m.attempts)} · node ${esc(m.node)}</small></h2>`;
+  let html = `<h2>${esc(m.name ?? m.source)} <small>${esc(m.model_type ?? "unknown type")} · ${esc(m.task)} · ${esc(m.exporter)} · opset ${esc(m.opset ?? "–")} · run ${esc(m.run)} · attempts ${esc(m.attempts)} · node ${esc(m.node)}</small></h2>`;
   html += `<p class="msg">revision ${esc(st.resolved_revision)} · ${esc(versions)}<br>stages: fetch ${num(st.fetch_s)} s · export ${num(st.export_s)} s · check ${num(st.check_s)} s · optimize ${num(st.optimize_s)} s · peak ${num(m.peak_mem_mb)} MB</p>`;
   const pub = d.publication;
   html += '<dl class="facts">'
+    + `<dt>source</dt><dd><code>${esc(m.source)}</code></dd>`
     + `<dt>artifacts</dt><dd>${st.artifacts_dir ? `<code>${esc(st.artifacts_dir)}</code>` : "none (the job failed before any artifact)"}</dd>`
     + `<dt>published</dt><dd>${pub ? `${link(pub.commit_url, pub.repo_id)} · ${esc(pub.status)} · ${esc(pub.published_at)}` : "not published"}</dd>`
     + "</dl>";
@@ -384,13 +423,19 @@ function renderDetail(m, d) {
     [["variant", (v) => esc(v.variant ?? "(none)")], ["status", (v) => badge(v.status)],
      ["tolerance", (v) => esc(tolerance(tol[v.variant]))], ["max abs", (v) => num(v.max_abs), true],
      ["max rel", (v) => num(v.max_rel), true], ["min cosine", (v) => num(v.min_cosine, 6), true],
-     ["ORT p50/p90 ms", (v) => `${num(v.ort_p50_ms)} / ${num(v.ort_p90_ms)}`, true],
-     ["PyTorch p50/p90 ms", (v) => `${num(v.torch_p50_ms)} / ${num(v.torch_p90_ms)}`, true],
-     ["speedup", (v) => (v.speedup ? num(v.speedup) + "×" + (v.bench_noisy ? " (noisy)" : "") : "–"), true],
+     ["ORT p50/p90 ms", (v) => (v.bench_noisy ? p50(v.ort_p50_ms, true) : `${num(v.ort_p50_ms)} / ${num(v.ort_p90_ms)}`), true],
+     ["PyTorch p50/p90 ms", (v) => (v.bench_noisy ? p50(v.torch_p50_ms, true) : `${num(v.torch_p50_ms)} / ${num(v.torch_p90_ms)}`), true],
+     ["speedup", (v) => (v.bench_noisy ? p50(v.speedup, true) : v.speedup ? num(v.speedup) + "×" : "–"), true],
      ["latency conditions", (v) => `<span class="msg">${esc(conditions(v))}</span>`],
      ["size MB", (v) => (v.status === "passed" && v.size_bytes ? num(v.size_bytes / 1e6) : "–"), true],
      ["failure", (v) => esc(v.failure_kind)], ["stage", (v) => esc(v.stage)], ["message", (v) => `<span class="msg">${esc(v.message)}</span>`]],
     d.variants || [], "no rows");
+  // Where it runs: each target's verdict and latency per variant (today ONNX Runtime on the converting CPU).
+  html += "<h3>Runs in <small>per target and variant</small></h3>" + table(
+    [["target", (t) => esc(t.target)], ["variant", (t) => esc(t.variant)], ["status", (t) => badge(t.status)],
+     ["max abs", (t) => num(t.max_abs), true], ["p50 ms", (t) => p50(t.p50_ms, t.noisy), true],
+     ["message", (t) => `<span class="msg">${esc(t.status === "passed" ? "" : t.message)}</span>`]],
+    d.targets || [], "no target rows (the job failed before verify)");
   // A decoder is used by generating: ORT's own cache over the steps, against PyTorch generate().
   const generated = (d.variants || []).filter((v) => v.generation_steps || v.generation_note);
   if (generated.length) html += "<h3>Generation <small>greedy, ORT's own cache from an empty past, teacher-forced on PyTorch generate()'s tokens; per step in the per-output errors (…/stepNN)</small></h3>" + table(
@@ -405,7 +450,7 @@ function renderDetail(m, d) {
     [["run", (j) => esc(j.run)], ["started", (j) => esc(j.started_at), true],
      ["status", (j) => badge(jobStatus(j.job_status, VARIANTS.map((v) => j[v]).filter(Boolean)))],
      ...VARIANTS.map((v) => [v, (j) => badge(j[v])]),
-     ["max abs fp32", (j) => num(j.max_abs), true], ["ORT p50 ms", (j) => num(j.ort_p50_ms), true],
+     ["max abs fp32", (j) => num(j.max_abs), true], ["ORT p50 ms", (j) => p50(j.ort_p50_ms, j.ort_p50_noisy), true],
      ["checkpoint", (j) => `<code>${esc(shortRev(j.resolved_revision))}</code>`], ["failure", (j) => esc(j.failure_kind)]],
     d.history || [], "no history");
   html += "<h3>Per-output errors</h3>" + table(
@@ -420,6 +465,8 @@ function renderDetail(m, d) {
 }
 
 renderHeadline();
+renderBroke();
+renderTargets();
 renderMatrix();
 renderCharts();
 renderFailures();

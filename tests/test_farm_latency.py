@@ -1,0 +1,92 @@
+"""The farm's latency phase: a job's benchmark has its node to itself (real Ray, real exports, real ORT and torch)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pytest
+import ray
+
+from zoo_convert import zoo
+from zoo_convert.farm.driver import FarmOptions, run_farm
+from zoo_convert.pipeline import StageCallback, convert_one
+from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+
+pytestmark = pytest.mark.slow  # starts Ray and converts six models
+
+TESTS = Path(__file__).resolve().parent
+NAMES = ("bert", "vit", "resnet", "roberta", "gpt2", "t5")
+
+
+def kept(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+    """The real pipeline, its whole record (stage details included) kept beside the artifacts for the test to read."""
+    result = convert_one(entry, settings, on_stage=on_stage)
+    Path(settings.out_dir, f"{Path(entry.source).name}.result.json").write_text(result.to_json())
+    return result
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    old = os.environ.get("PYTHONPATH")  # workers import this module to unpickle ``kept``
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old) if p)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH")
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def test_each_benchmark_has_the_node_to_itself_and_the_run_says_where_its_seconds_went(
+    local_ray: None, tmp_path: Path
+) -> None:
+    manifest = zoo.build(tmp_path / "zoo", NAMES)
+    out, db = tmp_path / "out", tmp_path / "results.duckdb"
+    settings = Settings(out_dir=str(out))
+    report = run_farm(manifest, db_path=db, settings=settings, options=FarmOptions(), job_fn=kept)
+    assert report.by_status["passed"] == len(NAMES), report.failures
+
+    results = [ConversionResult.from_json((out / f"{name}.result.json").read_text()) for name in NAMES]
+    # Each job: converting from its start until it asked for its node (its benchmark's start less the wait for it);
+    # timed in its benchmark's window.
+    converting, timing = {}, {}
+    for r in results:
+        bench = next(s for s in r.stages if s.stage == "benchmark")
+        start, end = bench.details["window"]
+        assert r.started_at is not None and "lease_wait_s" in bench.details
+        asked = start - bench.details["lease_wait_s"]
+        converting[r.source], timing[r.source] = (_epoch(r.started_at), asked), (start, end)
+    for a, (t0, t1) in timing.items():
+        for b in timing:
+            if b == a:
+                continue
+            c0, c1 = converting[b]
+            assert t1 <= c0 or t0 >= c1, f"{Path(a).name} was timed while {Path(b).name} converted"
+            s0, s1 = timing[b]
+            assert t1 <= s0 or t0 >= s1, f"{Path(a).name} and {Path(b).name} were timed at once"
+
+    # The figures go into the same latency columns as ever, once per job and variant, at a recorded thread count.
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "SELECT source, variant, ort_p50_ms, torch_p50_ms, ort_runs, torch_runs, bench_threads, bench_load"
+            " FROM results WHERE status = 'passed'"
+        ).fetchall()
+    assert len(rows) == len({(r[0], r[1]) for r in rows}) == 3 * len(NAMES)
+    for source, variant, ort, torch, ort_runs, torch_runs, threads, others in rows:
+        assert ort and torch and ort_runs >= settings.bench_runs and torch_runs >= settings.bench_runs, (source, variant)
+        assert threads == settings.threads and others is not None
+
+    # The run says how long its latency phases took, and it is printed.
+    (node,) = report.latency.values()
+    assert node["phases"] >= 1 and 0 < node["timed_s"] <= node["phase_s"] < report.seconds
+    print(report.latency, file=sys.stderr)
