@@ -1,7 +1,8 @@
 """Fork-server preload: importing this module warms the process that forks every job.
 
 It imports the toolchain (torch, transformers, optimum, onnxruntime, the
-pipeline, the installed targets' runtimes: openvino), quiets the libraries' warnings and logs for every job it will fork,
+pipeline), preloads the installed targets (openvino's import, the model types
+transformers.js knows), quiets the libraries' warnings and logs for every job it will fork,
 and converts one tiny BERT, so forked jobs start with every lazy import and
 first-call cache already paid. Everything runs single-threaded:
 forking a process whose OpenMP or intra-op pool is running deadlocks the child.
