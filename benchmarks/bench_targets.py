@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from _common import BIN, add_zoo_options, cpu_model, machine, measure, verdict, zoo_job_rows
+from _common import (
+    BIN,
+    add_zoo_options,
+    cpu_model,
+    machine,
+    measure,
+    verdict,
+    zoo_job_rows,
+)
 from _realsize import is_built
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +80,7 @@ def convert_zoo(rows: list[dict], work: Path) -> dict[Path, list[tuple[str, str,
     cmd = [str(BIN / "zoo-convert"), "run", str(manifest), "--db", str(work / "results.duckdb"), "--out", str(out),
            "--targets", "none", "--no-benchmark"]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     (work / "farm.log").write_text(done.stdout + done.stderr)
     print(f"zoo converted in {time.perf_counter() - t0:.0f} s (rc {done.returncode}; log {work / 'farm.log'})", flush=True)
     return _recorded(work)
@@ -107,7 +115,7 @@ def convert_realsize(work: Path) -> tuple[Path, list[tuple[str, str, str | None]
     cmd = [str(BIN / "zoo-convert"), "convert", str(folder), "--task", "fill-mask", "--out", str(out),
            "--targets", "none", "--no-benchmark", "--threads", "1"]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     (work / "realsize.log").write_text(done.stdout + done.stderr)
     print(f"{REALSIZE} converted in {time.perf_counter() - t0:.0f} s (rc {done.returncode})", flush=True)
     found = sorted(out.glob("*/*/result.json"))
