@@ -6,6 +6,7 @@ from pathlib import Path
 
 from zoo_convert.publish.candidates import Candidate, VariantRow
 from zoo_convert.publish.card import model_card
+from zoo_convert.records import TargetResult
 
 CPU = "Intel(R) Xeon(R) Platinum 8480+ (avx512_vnni, amx_int8)"
 
@@ -108,19 +109,25 @@ def test_the_card_names_the_library_each_repo_is_for(tmp_path: Path) -> None:
     def card(c: Candidate) -> ModelCard:
         return ModelCard(model_card(c, "org/model-onnx"))
 
-    plain = card(_candidate(library="transformers"))
+    # transformers.js is claimed where its target passed for the job (the recorded row, read back by candidates)
+    checked = (TargetResult("transformers.js", "fp32", "passed", version="4.3.2"),)
+    plain = card(_candidate(library="transformers", targets=checked))
     assert plain.data.library_name == "transformers" and "transformers.js" in plain.data.tags
     assert "With [Transformers.js]" in plain.text
     # The sentence-transformers modules travel with the repo: it is a sentence-transformers repo.
     (tmp_path / "modules.json").write_text("[]")
     (tmp_path / "tokenizer.json").write_text("{}")  # what transformers.js's feature-extraction pipeline reads
-    st = card(_candidate(library="transformers", artifacts_dir=str(tmp_path)))
+    st = card(_candidate(library="transformers", artifacts_dir=str(tmp_path), targets=checked))
     assert st.data.library_name == "sentence-transformers" and "transformers.js" in st.data.tags
     assert "SentenceTransformer(" in st.text
     # A library transformers.js does not load: named as it is, no transformers.js tag or section.
     timm = card(_candidate(library="timm", model_type="resnet", task="image-classification"))
     assert timm.data.library_name == "timm" and "transformers.js" not in timm.data.tags
     assert "Transformers.js" not in timm.text
+    # no target row (a run from before the targets), or one that did not pass: no claim
+    for targets in ((), (TargetResult("transformers.js", "fp32", "failed", version="4.3.2"),)):
+        unchecked = card(_candidate(library="transformers", targets=targets))
+        assert "transformers.js" not in unchecked.data.tags and "Transformers.js" not in unchecked.text
 
 
 def test_control_and_bidi_characters_from_the_checkpoint_are_escaped_in_the_card() -> None:

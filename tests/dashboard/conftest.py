@@ -17,6 +17,7 @@ from synthetic import VERSIONS, fill, good, result, variant  # noqa: E402
 
 from zoo_convert.dashboard import build_site, serve  # noqa: E402
 from zoo_convert.records import ManifestEntry, Settings  # noqa: E402
+from zoo_convert.store import ResultStore  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -84,3 +85,27 @@ def browser() -> Iterator[Chrome]:
     chrome = Chrome(binary)
     yield chrome
     chrome.close()
+
+
+@pytest.fixture(scope="session")
+def targets_db(tmp_path_factory: pytest.TempPathFactory, real_result) -> Path:
+    """A real run with deployment-target rows: the real bert (checked on every installed target by the pipeline)
+    and a real data2vec-text, a model type transformers.js has no architecture for (``unsupported``)."""
+    from zoo_convert import zoo
+    from zoo_convert.pipeline import convert_one
+
+    assert {t.target for t in real_result.targets} >= {"ort-cpu", "openvino", "transformers.js"}, real_result.targets
+    root = tmp_path_factory.mktemp("targets")
+    zoo.build(root / "zoo", only=["data2vec-text"])
+    data2vec = convert_one(ManifestEntry(source=str(root / "zoo" / "data2vec-text"), variants=("fp32",)),
+                           Settings(out_dir=str(root / "artifacts"), benchmark=False,
+                                    targets=("ort-cpu", "openvino", "transformers.js")))  # fmt: skip
+    assert data2vec.passed, data2vec.message
+    path = root / "results.duckdb"
+    store = ResultStore(path)
+    store.start_run("run-1", manifest="zoo.parquet", manifest_hash="h", versions=real_result.versions,
+                    resources={"CPU": 2.0}, settings=asdict(Settings()), name="targets-1")
+    store.record("run-1", "k-bert", real_result)
+    store.record("run-1", "k-data2vec", data2vec)
+    store.finish_run("run-1")
+    return path

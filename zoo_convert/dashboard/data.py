@@ -18,12 +18,20 @@ import duckdb
 from ..records import VARIANTS
 from ..stages.benchmark import NOISY_SPREAD
 from ..store.queries import regression_rows
+from ..targets import names as target_names
 
 MODEL_CAP = 2000
 TOP_SIGNATURES = 25
 MAX_REGRESSIONS = 500
 
 Con = duckdb.DuckDBPyConnection
+
+# ONNX Runtime on the CPU that converted the model: the verdict (results), shown as the first target. The
+# deployment targets' rows (compat_by_target) follow in the registry's order; their own `ort-cpu` rows
+# (the 1-thread re-check from the saved reference) are db status's, not a second ort-cpu line here.
+VERDICT_TARGET = "ort-cpu"
+_TARGET_ORDER = f"list_position({[VERDICT_TARGET, *(n for n in target_names() if n != VERDICT_TARGET)]}, target)"
+_VARIANT_ORDER = f"list_position({list(VARIANTS)}, variant)"
 
 # The per-model table's unit: one model identity's latest job; `id` orders failures first, then partial ones.
 # A model is passed (every variant verified), partial (converted, a variant failed), failed (not converted)
@@ -153,20 +161,41 @@ QUERIES: dict[str, str] = {
         SELECT m.* EXCLUDE (job_seq, job_key, run_id), coalesce(runs.name, m.run_id) AS run
         FROM dash_models m JOIN runs USING (run_id) ORDER BY m.id
     """,
-    # Where each variant runs, and how fast: one row per target x variant. Today's record has one target, ONNX
-    # Runtime on the CPU that converted it (every results row); the deployment targets' rows (compat_by_target:
-    # source, model type, task, variant, target, status, max abs, latency, message) are to be read here as well,
-    # with the same columns, and the page's "Where it runs" panel and drill-down show them unchanged.
+    # Where each variant runs, and how fast: one row per target x variant. ONNX Runtime on the CPU that converted
+    # the model is the verdict (every results row, its benchmark latency: noisy ones left out of the median); each
+    # deployment target beside it reads compat_by_target (the latest job of each model): its statuses, its version
+    # and the median of its p50s (5 calls of the first saved case). A DB without target rows shows ort-cpu alone.
     "targets": f"""
-        SELECT 'ort-cpu' AS target, 'ONNX Runtime (CPU)' AS label, variant, count(*) AS models,
-            count(*) FILTER (WHERE status = 'passed') AS passed, count(*) FILTER (WHERE status = 'failed') AS failed,
-            count(*) FILTER (WHERE status NOT IN ('passed', 'failed')) AS other,
-            median(ort_p50_ms) FILTER (WHERE status = 'passed' AND NOT coalesce(bench_noisy, false)) AS median_p50_ms,
-            count(ort_p50_ms) FILTER (WHERE status = 'passed' AND NOT coalesce(bench_noisy, false)) AS timed,
-            count(ort_p50_ms) FILTER (WHERE status = 'passed' AND bench_noisy) AS noisy
-        FROM latest_results
-        WHERE variant IS NOT NULL
-        GROUP BY variant ORDER BY list_position({list(VARIANTS)}, variant)
+        WITH verdict AS (
+            SELECT '{VERDICT_TARGET}' AS target, 'ONNX Runtime (CPU): the verdict of verify' AS label,
+                max(versions['onnxruntime']) AS version, variant, count(*) AS models,
+                count(*) FILTER (WHERE status = 'passed') AS passed, count(*) FILTER (WHERE status = 'failed') AS failed,
+                0 AS unsupported, count(*) FILTER (WHERE status NOT IN ('passed', 'failed')) AS other,
+                median(ort_p50_ms) FILTER (WHERE status = 'passed' AND NOT coalesce(bench_noisy, false)) AS median_p50_ms,
+                count(ort_p50_ms) FILTER (WHERE status = 'passed' AND NOT coalesce(bench_noisy, false)) AS timed,
+                count(ort_p50_ms) FILTER (WHERE status = 'passed' AND bench_noisy) AS noisy
+            FROM latest_results
+            WHERE variant IS NOT NULL
+            GROUP BY variant
+        ), deployed AS (
+            SELECT target, string_agg(DISTINCT providers, ', ') AS label, max(target_version) AS version, variant,
+                count(*) AS models, count(*) FILTER (WHERE status = 'passed') AS passed,
+                count(*) FILTER (WHERE status = 'failed') AS failed,
+                count(*) FILTER (WHERE status = 'unsupported') AS unsupported,
+                count(*) FILTER (WHERE status NOT IN ('passed', 'failed', 'unsupported')) AS other,
+                median(latency_ms) FILTER (WHERE status = 'passed') AS median_p50_ms,
+                count(latency_ms) FILTER (WHERE status = 'passed') AS timed, NULL::BIGINT AS noisy
+            FROM compat_by_target
+            WHERE target <> '{VERDICT_TARGET}'
+            GROUP BY target, variant
+        )
+        SELECT * FROM (SELECT * FROM verdict UNION ALL BY NAME SELECT * FROM deployed)
+        ORDER BY {_TARGET_ORDER}, target, {_VARIANT_ORDER}
+    """,
+    # The deployment targets' failures (and unsupported models) by normalised message, as the signatures above.
+    "target_signatures": f"""
+        SELECT target, status, signature, n, models, sample_models[1:5] AS sample_models, left(example, 400) AS example
+        FROM target_signatures ORDER BY n DESC, target, signature LIMIT {TOP_SIGNATURES}
     """,
     "model_count": """
         SELECT count(DISTINCT job_seq) FROM latest_results WHERE failure_kind IS DISTINCT FROM 'manifest_error'
@@ -226,14 +255,22 @@ DETAIL_QUERIES: dict[str, str] = {
         QUALIFY row_number() OVER (PARTITION BY id ORDER BY job_seq DESC) <= {HISTORY_RUNS}
         ORDER BY id, job_seq DESC
     """,
-    # Where the model runs: per target and variant its status and latency (today ONNX Runtime on the CPU that
-    # converted it; the deployment targets' rows join here with the same columns).
+    # Where the model runs: per target and variant its status, version and latency: ONNX Runtime's verdict (results)
+    # first, then each deployment target's row of the model's latest job (compat_by_target).
     "detail_targets": f"""
-        SELECT m.id, 'ort-cpu' AS target, r.variant, r.status, r.max_abs, r.ort_p50_ms AS p50_ms,
-            coalesce(r.bench_noisy, false) AS noisy, r.failure_kind, left(r.message, 300) AS message
-        FROM dash_models m JOIN results r USING (job_seq)
-        WHERE r.variant IS NOT NULL
-        ORDER BY m.id, list_position({list(VARIANTS)}, r.variant)
+        SELECT * FROM (
+            SELECT m.id, '{VERDICT_TARGET}' AS target, r.versions['onnxruntime'] AS version, r.variant, r.status,
+                r.max_abs, r.ort_p50_ms AS p50_ms, coalesce(r.bench_noisy, false) AS noisy, r.failure_kind,
+                left(r.message, 300) AS message, NULL AS providers
+            FROM dash_models m JOIN results r USING (job_seq)
+            WHERE r.variant IS NOT NULL
+            UNION ALL BY NAME
+            SELECT m.id, t.target, t.target_version AS version, t.variant, t.status, t.max_abs, t.latency_ms AS p50_ms,
+                false AS noisy, NULL AS failure_kind, left(t.message, 300) AS message, t.providers
+            FROM dash_models m JOIN compat_by_target t ON t.job_key = m.job_key AND t.run_id = m.run_id
+            WHERE t.target <> '{VERDICT_TARGET}'
+        )
+        ORDER BY id, {_VARIANT_ORDER}, {_TARGET_ORDER}, target
     """,
     # The latest publish outcome of any job of the model (publish records one row per attempt).
     "detail_publication": """
@@ -310,9 +347,9 @@ def display_names(sources: list[str]) -> dict[str, str]:
 def _name_models(data: dict[str, Any]) -> None:
     """Give every model row, regression and signature example its readable name (the source stays, for titles)."""
     sources = [m["source"] for m in data["models"]] + [r["source"] for r in data["regressions"]]
-    sources += [s for sig in data["signatures"] for s in sig["sample_models"] or ()]
+    sources += [s for sig in (*data["signatures"], *data["target_signatures"]) for s in sig["sample_models"] or ()]
     names = display_names(sources)
     for row in (*data["models"], *data["regressions"]):
         row["name"] = names[row["source"]]
-    for sig in data["signatures"]:
+    for sig in (*data["signatures"], *data["target_signatures"]):
         sig["sample_names"] = [names[s] for s in sig["sample_models"] or ()]

@@ -6,9 +6,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..records import PASSED, VARIANTS, VariantResult
+from ..records import PASSED, VARIANTS, TargetResult, VariantResult
 from ..store import ResultStore
 from ..store import queries
+from ..targets import names as target_names
 
 
 # A variant as the results DB recorded it: the record itself (its outputs and optimizer details not read).
@@ -31,6 +32,8 @@ class Candidate:
         finished_at: when verification finished (ISO-8601, UTC).
         variants: per-variant results.
         tolerances: the run's max_abs tolerance per variant, when the run recorded it.
+        targets: the job's deployment-target rows (one per variant and target, ``target_results``); empty for
+            a run recorded before the targets (or with none chosen).
     """
 
     run_id: str
@@ -50,10 +53,15 @@ class Candidate:
     tolerances: dict[str, float] = field(default_factory=dict)
     library: str | None = None
     tags: tuple[str, ...] = ()
+    targets: tuple[TargetResult, ...] = ()
 
     @property
     def passed(self) -> bool:
         return self.job_status == PASSED
+
+    def passed_on(self, target: str) -> tuple[str, ...]:
+        """The variants that passed on ``target`` (its recorded rows), in the record's order."""
+        return tuple(t.variant for t in self.targets if t.target == target and t.status == PASSED)
 
 
 def load_candidates(store: ResultStore, run_id: str, job_keys: Iterable[str] | None = None) -> list[Candidate]:
@@ -63,11 +71,24 @@ def load_candidates(store: ResultStore, run_id: str, job_keys: Iterable[str] | N
     jobs: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         jobs.setdefault(r["job_key"], []).append(r)
-    return [_candidate(job_rows, tolerances) for job_rows in jobs.values()]
+    on_targets: dict[str, list[TargetResult]] = {}
+    for t in queries.job_targets(store, run_id, None if job_keys is None else list(jobs)):
+        on_targets.setdefault(t.pop("job_key"), []).append(_target(t))
+    return [_candidate(job_rows, tolerances, on_targets.get(key, [])) for key, job_rows in jobs.items()]
 
 
-def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Candidate:
+def _target(row: dict[str, Any]) -> TargetResult:
+    """A target_results row as its record (the per-output checks are not stored)."""
+    return TargetResult(target=row["target"], variant=row["variant"], status=row["status"],
+                        version=row["target_version"], message=row["message"], max_abs=row["max_abs"],
+                        min_cosine=row["min_cosine"], latency_ms=row["latency_ms"], providers=row["providers"],
+                        seconds=row["seconds"])  # fmt: skip
+
+
+def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float], targets: list[TargetResult]) -> Candidate:
     job = rows[0]
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    registered = {t: i for i, t in enumerate(target_names())}
     return Candidate(
         run_id=job["run_id"],
         job_key=job["job_key"],
@@ -91,6 +112,7 @@ def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float]) -> Cand
         tolerances=tolerances,
         library=job.get("library"),
         tags=tuple(job.get("tags") or ()),
+        targets=tuple(sorted(targets, key=lambda t: (order.get(t.variant, 99), registered.get(t.target, 99), t.target))),
     )
 
 

@@ -3,7 +3,9 @@
 The card's ``library_name`` is the library the repo is for (:func:`card_library`): the
 sentence-transformers modules in the repo make it ``sentence-transformers``, else the
 checkpoint's library as fetch read it, through :data:`CARD_LIBRARIES`. ``transformers.js``
-is a tag (and a usage section) where that library's repos load in it.
+is a tag (and a usage section) where that library's repos load in it and the transformers.js
+deployment target passed for the job; "Runs in" lists every target that passed, with its version
+(the job's ``target_results`` rows, read by :mod:`.candidates`).
 
 Text that comes from the checkpoint, the manifest or the machine (paths, model types,
 versions, a CPU's name) is written with its control and bidirectional-formatting
@@ -24,7 +26,7 @@ from ..sources import is_local
 from ..variants import REGISTRY
 from .candidates import Candidate, VariantRow
 from .hub import DEFAULT_ENDPOINT
-from .usage import ORT_CLASSES, ort_usage, transformers_js_missing
+from .usage import JS_TARGET, ORT_CLASSES, ort_usage, transformers_js_pipeline_missing, transformers_js_variants
 
 __all__ = ["ORT_CLASSES", "model_card", "card_library", "printable"]
 
@@ -58,8 +60,8 @@ class CardLibrary:
 
     Attributes:
         library_name: the Hub's ``library_name`` (which library's widget and snippets the Hub shows).
-        transformers_js: whether transformers.js loads the repo: the card then has the
-            ``transformers.js`` tag and its usage section.
+        transformers_js: whether transformers.js can load the library's repos: the card then has the
+            ``transformers.js`` tag and its usage section where the transformers.js target passed.
     """
 
     library_name: str
@@ -121,8 +123,11 @@ def model_card(
     pipeline_tag = PIPELINE_TAGS.get((c.task or "").removesuffix("-with-past"))
     from_hub = not is_local(c.source)
     library = card_library(c)
-    # transformers.js is claimed (tag and section) only where its pipeline finds what it reads in the repo.
-    js = library.transformers_js and transformers_js_missing(c, pipeline_tag) is None
+    in_repo = set(variants) if variants is not None else {v.variant for v in c.variants if v.status == PASSED}
+    published = [v for v in c.variants if v.variant in in_repo]
+    # transformers.js is claimed (tag and section) only for the variants its target passed for this job.
+    js_variants = transformers_js_variants(c, published) if library.transformers_js else ()
+    js = bool(js_variants)
     timm_cfg = _timm_pretrained_cfg(c) if library.library_name == "timm" else None
     data = ModelCardData(
         base_model=printable(c.source) if from_hub else None,
@@ -139,8 +144,6 @@ def model_card(
         if from_hub
         else f"a local checkpoint `{printable(Path(c.source).name)}` (content hash `{printable(rev)}`)"
     )
-    in_repo = set(variants) if variants is not None else {v.variant for v in c.variants if v.status == PASSED}
-    published = [v for v in c.variants if v.variant in in_repo]
     lines = [
         f"# {name}",
         "",
@@ -165,12 +168,14 @@ def model_card(
         + ", ".join(f"{printable(k)} {printable(v)}" for k, v in sorted(c.versions.items()))
         + ".",
         "",
+        *_runs_in(c, in_repo),
         "## Usage",
         "",
         *_optimum(c, repo_id, pipeline_tag, published),
         *(
             _timm_usage(repo_id, timm_cfg, published) if timm_cfg is not None
-            else _transformers_js(c, repo_id, pipeline_tag, published) if js else []
+            else _transformers_js(c, repo_id, pipeline_tag, [v for v in published if v.variant in js_variants])
+            if js else []
         ),
         *(
             [
@@ -210,24 +215,63 @@ def _optimum(c: Candidate, repo_id: str, pipeline_tag: str | None, published: li
     ]
 
 
-def _transformers_js(c: Candidate, repo_id: str, pipeline_tag: str | None, published: list[VariantRow]) -> list[str]:
-    """The card's transformers.js section: the pipeline call and which ``dtype`` loads which file."""
-    dtypes = [d for v in published for d in JS_DTYPES.get(v.variant, ())] or ["fp32"]
-    shared = next((JS_DTYPES[v.variant] for v in published if len(JS_DTYPES.get(v.variant, ())) > 1), None)
+def _runs_in(c: Candidate, in_repo: set[str]) -> list[str]:
+    """The deployment targets that passed the repo's variants, with their versions (the job's target rows)."""
+    rows = [t for t in c.targets if t.variant in in_repo]
+    if not rows:
+        return []
+    names = list(dict.fromkeys(t.target for t in rows))
+    passed = {n: [t for t in rows if t.target == n and t.status == PASSED] for n in names}
+    others = {n: [t for t in rows if t.target == n and t.status != PASSED] for n in names}
+    lines = [
+        "## Runs in",
+        "",
+        "Each variant was re-run on these runtimes from the reference saved with the artifacts (the inputs verification"
+        " fed, PyTorch's outputs) and judged at the variant's tolerance:",
+        "",
+    ]
+    if any(passed.values()):
+        lines += ["| target | version | variants passed |", "|---|---|---|"]
+        lines += [f"| {printable(n)} | {printable(next((t.version for t in passed[n] if t.version), '-'))} "
+                  f"| {', '.join(printable(t.variant) for t in passed[n])} |" for n in names if passed[n]]  # fmt: skip
+        lines.append("")
+    else:
+        lines += ["No target passed.", ""]
+    missed = [f"{printable(n)}: " + ", ".join(f"{printable(t.variant)} {printable(t.status)}" for t in others[n])
+              for n in names if others[n]]  # fmt: skip
+    if missed:
+        lines += ["Checked, not passed: " + "; ".join(missed) + ".", ""]
+    return lines
+
+
+def _transformers_js(c: Candidate, repo_id: str, pipeline_tag: str | None, checked: list[VariantRow]) -> list[str]:
+    """The card's transformers.js section: the load its target ran, and which ``dtype`` loads which file.
+
+    ``checked`` are the variants the transformers.js target passed. The ``pipeline()`` line is added only
+    where that pipeline was also seen to load the model type and task and finds its tokenizer.
+    """
+    dtypes = [d for v in checked for d in JS_DTYPES.get(v.variant, ())] or ["fp32"]
+    shared = next((JS_DTYPES[v.variant] for v in checked if len(JS_DTYPES.get(v.variant, ())) > 1), None)
+    version = next((t.version for t in c.targets if t.target == JS_TARGET and t.version), None)
+    pipe = transformers_js_pipeline_missing(c, pipeline_tag) is None
+    imports = "AutoModel, pipeline" if pipe else "AutoModel"
     return [
-        "With [Transformers.js](https://huggingface.co/docs/transformers.js):",
+        f"With [Transformers.js](https://huggingface.co/docs/transformers.js) ({printable(version or 'checked')}: each"
+        " `dtype` below was loaded this way in node and its graphs matched PyTorch's outputs):",
         "",
         "```js",
-        "import { pipeline } from '@huggingface/transformers';",
+        f"import {{ {imports} }} from '@huggingface/transformers';",
         "",
-        f"const pipe = await pipeline('{pipeline_tag or printable(c.task)}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});",
+        f"const model = await AutoModel.from_pretrained('{repo_id}', {{ dtype: '{dtypes[0]}' }});",
+        *([f"const pipe = await pipeline('{pipeline_tag or printable(c.task)}', '{repo_id}', {{ dtype: '{dtypes[0]}' }});"]
+          if pipe else []),
         "```",
         "",
         "| `dtype` | file | variant |",
         "|---|---|---|",
         *(
             f"| `'{d}'` | `{printable(_named(v.file, v.variant, d))}` | {v.variant}: {VARIANT_NOTES.get(v.variant, '')} |"
-            for v in published
+            for v in checked
             if v.file
             for d in JS_DTYPES.get(v.variant, ())
         ),

@@ -10,11 +10,13 @@ The card's snippets are what users copy, so each one is chosen from what the rep
     a task optimum has no     ORTModelForCustomTasks (runs the graph as it is: object detection,
     class for                 depth estimation...)
 
-transformers.js is offered only for the model types and tasks its pipeline was seen to load
-(:data:`JS_CHECKED`) and where it finds what it reads: tokenizer.json for a task with text
-(``vocab.json`` alone, as a wav2vec2 checkpoint ships it, is not enough).
-tests/publish/test_card_snippets.py runs every snippet a card shows against the artifact folder:
-optimum's classes in Python, transformers.js in node.
+transformers.js is offered only for the variants its deployment target passed for this job
+(:func:`transformers_js_variants`: the recorded ``target_results`` rows), with the code that target ran
+(``AutoModel.from_pretrained(repo, { dtype })``). Its ``pipeline()`` line is a second claim, added only
+where that pipeline was also seen to load the model type and task (:data:`JS_CHECKED`) and finds what it
+reads: tokenizer.json for a task with text (``vocab.json`` alone, as a wav2vec2 checkpoint ships it, is
+not enough; the target loads the model, not the tokenizer). tests/test_card_snippets.py runs every
+snippet a card shows against the artifact folder: optimum's classes in Python, transformers.js in node.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..records import JS_DTYPES, PASSED
 from .candidates import Candidate, VariantRow
+
+# The deployment target whose passed rows let a card claim transformers.js (zoo_convert/targets/transformers_js.py).
+JS_TARGET = "transformers.js"
 
 # Hub pipeline tag -> the optimum.onnxruntime class that loads it (as optimum's own pipelines map it).
 ORT_CLASSES = {
@@ -58,12 +64,13 @@ JS_TOKENIZER_TASKS = frozenset({
     "zero-shot-image-classification", "zero-shot-object-detection", "zero-shot-classification",
 })  # fmt: skip
 
-# The model types whose card snippet (``pipeline(task, repo, { dtype })``) ran in transformers.js 4.3.2, the
-# version tests/js pins, per Hub pipeline tag: measured on every model of the bundled zoo
-# (tests/snippets.py). Any other pair is not claimed: transformers.js answers "Unsupported model type" for
-# 24 of the zoo's (albert's multiple-choice, bigbird, pegasus, nystromformer, regnet, swinv2, speech_to_text,
-# chinese_clip's image processor...), and a card states only what a check ran. When the farm records a
-# transformers.js target per model (issue 32), its verdict replaces this table.
+# The model types whose ``pipeline(task, repo, { dtype })`` ran in transformers.js 4.3.2, the version tests/js
+# pins, per Hub pipeline tag: measured on every model of the bundled zoo (tests/snippets.py). Whether the model
+# loads at all is the transformers.js target's recorded verdict (transformers_js_variants); this table is the
+# pipeline line's second condition only: the target loads the model with AutoModel and runs its graphs, a
+# pipeline also needs its task's class and the preprocessor (transformers.js answers "Unsupported model type"
+# for 24 of the zoo's pairs: albert's multiple-choice, bigbird, pegasus, nystromformer, regnet, swinv2,
+# speech_to_text, chinese_clip's image processor...).
 JS_CHECKED: dict[str, frozenset[str]] = {task: frozenset(types) for task, types in {
     "audio-classification": ("audio-spectrogram-transformer", "hubert", "unispeech"),
     "automatic-speech-recognition": ("moonshine", "whisper"),
@@ -165,8 +172,16 @@ def ort_usage(c: Candidate, repo_id: str, pipeline_tag: str | None, published: l
     return OrtUsage(cls, tuple(loads), note)
 
 
-def transformers_js_missing(c: Candidate, pipeline_tag: str | None) -> str | None:
-    """What transformers.js's pipeline would not find in the repo (None when it has what it reads)."""
+def transformers_js_variants(c: Candidate, published: Iterable[VariantRow]) -> tuple[str, ...]:
+    """The published variants the transformers.js target passed for this job (none for a Diffusers pipeline)."""
+    if is_diffusion(c):
+        return ()
+    passed = set(c.passed_on(JS_TARGET))
+    return tuple(v.variant for v in published if v.status == PASSED and v.variant in passed and v.variant in JS_DTYPES)
+
+
+def transformers_js_pipeline_missing(c: Candidate, pipeline_tag: str | None) -> str | None:
+    """What transformers.js's ``pipeline()`` would not find for the repo (None when it was seen to load it)."""
     if is_diffusion(c):
         return "a Diffusers pipeline"
     if (c.model_type or "") not in JS_CHECKED.get(pipeline_tag or "", ()):

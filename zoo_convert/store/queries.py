@@ -410,6 +410,18 @@ def job_results(store: ResultStore, run_id: str, job_keys: list[str] | None = No
     return out
 
 
+def job_targets(store: ResultStore, run_id: str, job_keys: list[str] | None = None) -> list[dict[str, Any]]:
+    """The ``target_results`` rows of a run's jobs (all, or those keys): one per (job, variant, target)."""
+    sql = ("SELECT job_key, variant, target, target_version, status, message, max_abs, min_cosine, latency_ms,"
+           " providers, seconds FROM target_results WHERE run_id = ?")
+    params: list[object] = [run_id]
+    if job_keys is not None:
+        sql += " AND list_contains(?, job_key)"
+        params.append(job_keys)
+    columns, rows = query(store, sql + " ORDER BY job_key, variant, target", params)
+    return [dict(zip(columns, row)) for row in rows]
+
+
 def latest_job_statuses(store: ResultStore, job_keys: list[str]) -> dict[str, int]:
     """How many of these jobs' latest results are passed, failed, inconclusive (``job_status``)."""
     if not job_keys:

@@ -87,15 +87,22 @@ function renderBroke() {
   });
 }
 
-// Where each variant runs and how fast: one row per target and variant (DATA.targets; today ONNX Runtime on the
-// CPU that converted it, the deployment targets join with the same columns).
+// Where each variant runs and how fast: one row per target and variant (DATA.targets): ONNX Runtime's verdict on
+// the CPU that converted it first, then each deployment target (compat_by_target) with its version.
+function notPassed(t) {
+  return [[t.failed, "failed"], [t.unsupported, "unsupported"], [t.other, t.target === "ort-cpu" ? "other" : "not run"]]
+    .filter(([n]) => n).map(([n, s]) => `${n} ${s}`).join(", ") || "–";
+}
+function targetName(t) {
+  return `<span title="${esc(t.label)}">${esc(t.target)}</span>` + (t.version ? ` <small class="ver">${esc(t.version)}</small>` : "");
+}
 function renderTargets() {
   const rows = DATA.targets || [];
   $("#targets").innerHTML = table(
-    [["target", (t) => `<span title="${esc(t.label)}">${esc(t.target)}</span>`], ["variant", (t) => esc(t.variant)],
-     ["verified", (t) => `${t.passed}/${t.models}`, true],
-     ["p50 ms", (t) => `<span title="median over ${t.timed} calm latencies; ${t.noisy} noisy left out">${num(t.median_p50_ms)}</span>`, true],
-     ["calm", (t) => t.timed, true], ["noisy", (t) => t.noisy, true]],
+    [["target", (t) => targetName(t)], ["variant", (t) => esc(t.variant)],
+     ["passed", (t) => `${t.passed}/${t.models}`, true], ["not passed", (t) => esc(notPassed(t))],
+     ["p50 ms", (t) => `<span title="median over ${t.timed} ${t.noisy == null ? "passed rows (5 calls of the first saved case)" : `calm latencies; ${t.noisy} noisy left out`}">${num(t.median_p50_ms)}</span>`, true],
+     ["noisy", (t) => (t.noisy == null ? "–" : t.noisy), true]],
     rows, "no results yet");
 }
 
@@ -202,6 +209,11 @@ function renderFailures() {
      ["signature", (s) => `<span class="msg" title="${esc(s.example)}">${esc(s.signature)}</span>`],
      ["e.g.", (s) => `<span title="${esc(s.sample_models.join("\n"))}">${esc((s.sample_names || s.sample_models).join(", "))}</span>`]],
     DATA.signatures, "no failures");
+  $("#target-signatures").innerHTML = table(
+    [["target", (s) => esc(s.target)], ["status", (s) => badge(s.status)], ["n", (s) => s.n, true], ["models", (s) => s.models, true],
+     ["signature", (s) => `<span class="msg clamp" title="${esc(s.example)}">${esc(s.signature)}</span>`],
+     ["e.g.", (s) => `<span title="${esc(s.sample_models.join("\n"))}">${esc((s.sample_names || s.sample_models).join(", "))}</span>`]],
+    DATA.target_signatures || [], "no failures on the deployment targets (or none checked)");
   const h = DATA.headline;
   $("#regression-note").textContent = h.latest_run ? `in ${runLabel(h.latest_run, h.latest_name)}, vs each model's latest earlier result` : "";
   $("#regressions").innerHTML = table(
@@ -430,9 +442,10 @@ function renderDetail(m, d) {
      ["size MB", (v) => (v.status === "passed" && v.size_bytes ? num(v.size_bytes / 1e6) : "–"), true],
      ["failure", (v) => esc(v.failure_kind)], ["stage", (v) => esc(v.stage)], ["message", (v) => `<span class="msg">${esc(v.message)}</span>`]],
     d.variants || [], "no rows");
-  // Where it runs: each target's verdict and latency per variant (today ONNX Runtime on the converting CPU).
-  html += "<h3>Runs in <small>per target and variant</small></h3>" + table(
-    [["target", (t) => esc(t.target)], ["variant", (t) => esc(t.variant)], ["status", (t) => badge(t.status)],
+  // Where it runs: ONNX Runtime's verdict, then each deployment target, per variant, with version and latency.
+  html += "<h3>Runs in <small>per variant and target: ort-cpu is verify's verdict (its benchmark latency), the others re-ran the saved reference (p50 of 5 calls of its first case)</small></h3>" + table(
+    [["target", (t) => `<span title="${esc(t.providers || "")}">${esc(t.target)}</span>`], ["variant", (t) => esc(t.variant)],
+     ["status", (t) => badge(t.status)], ["version", (t) => esc(t.version ?? "–")],
      ["max abs", (t) => num(t.max_abs), true], ["p50 ms", (t) => p50(t.p50_ms, t.noisy), true],
      ["message", (t) => `<span class="msg">${esc(t.status === "passed" ? "" : t.message)}</span>`]],
     d.targets || [], "no target rows (the job failed before verify)");
