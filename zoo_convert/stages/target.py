@@ -46,11 +46,10 @@ def record_variants(exported: ExportedModel, artifacts: dict[str, Artifact]) -> 
 
 
 def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...], *,
-          timed: int = 0) -> list[TargetResult]:  # fmt: skip
+          timed: int = registry.TIMED_CALLS) -> list[TargetResult]:  # fmt: skip
     """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere.
 
-    ``timed`` calls of each variant's first case give its ``latency_ms``; a job times none (None): it runs beside
-    the node's other conversions, where a latency means little (docs/targets.md)."""
+    ``timed`` calls of each variant's first case give its ``latency_ms`` (0: None; docs/targets.md)."""
     if not names or not reference.exists(exported.out_dir):
         return []
     ref = reference.load(exported.out_dir)
