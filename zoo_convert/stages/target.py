@@ -53,8 +53,11 @@ def _rel(exported: ExportedModel, path: Path) -> str:
     return str(path.relative_to(exported.out_dir))
 
 
-def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...]) -> list[TargetResult]:
-    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere."""
+def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...], *,
+          timed: int = registry.TIMED_CALLS) -> list[TargetResult]:  # fmt: skip
+    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere.
+
+    ``timed`` calls of each variant's first case give its ``latency_ms`` (0: None; docs/targets.md)."""
     if not names or not reference.exists(exported.out_dir):
         return []
     ref = reference.load(exported.out_dir)
@@ -73,11 +76,10 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
             continue
 
         def run(target: Target = target) -> list[TargetResult]:
-            found = []
-            for variant in runnable:
+            def doing(variant: str) -> None:
                 step(target.name, f"checking {variant}")
-                found.append(registry.check(target, ref, variant))
-            return found
+
+            return registry.check_variants(target, ref, runnable, timed=timed, doing=doing)
 
         try:
             rows += run_forked(run, timeout_s=TIMEOUT_S)

@@ -72,6 +72,11 @@ class OpenVINO(Target):
         except Exception:  # noqa: BLE001 - not installed
             return None
 
+    def preload(self) -> None:
+        # ~0.2 CPU s (0.6-1 s on a busy 2-core node) a job's openvino child would otherwise pay. Forking after
+        # it is safe: the children compile and run with their own pools (tests/targets/test_cost.py).
+        import openvino  # noqa: F401
+
     def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
         import openvino as ov
 
