@@ -208,7 +208,7 @@ def test_no_optimize_no_benchmark_verifies_the_export_as_written(
 ) -> None:
     result, exported_sha256 = unoptimized
     assert result.passed, result.message
-    stages = ["fetch", "export", "check", "verify", "optimize", "verify", "verify", "verify"]
+    stages = ["fetch", "export", "check", "verify", "optimize", "verify", "verify", "verify", "target"]
     assert [s.stage for s in result.stages] == stages
     model = Path(result.artifacts_dir, "onnx", "model.onnx")
     # The job kept the weights in model.onnx_data; the artifact has them inside again, the graph unchanged.

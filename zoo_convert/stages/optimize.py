@@ -169,9 +169,18 @@ class _Made:
 
 
 def optimize(
-    exported: ExportedModel, variants: tuple[str, ...], settings: Settings, *, check: Check | None = None
+    exported: ExportedModel,
+    variants: tuple[str, ...],
+    settings: Settings,
+    *,
+    check: Check | None = None,
+    standard: bool = True,
 ) -> dict[str, Artifact]:
     """Build the requested variants of every component; fp32 failing raises, the others fail as data.
+
+    ``standard``: beside a variant whose graph holds ONNX Runtime's contrib ops, make its graph of standard
+    ONNX ops too (``onnx/standard/``); the pipeline asks for it only when a chosen target reads them (openvino):
+    at real size it is a second copy of the fp32 and fp16 weights.
 
     ``check`` (verify's ONNX Runtime side, ``verify.check``: no stage imports another) runs on
     each graph in the child that made it once the job's PyTorch references are computed;
@@ -181,7 +190,7 @@ def optimize(
     # Scratch on the artifacts' file system, so placing a variant is a rename.
     with tempfile.TemporaryDirectory(dir=exported.out_dir, prefix=".optimize-") as scratch:
         for component in exported.components:
-            made = _component(exported, component, variants, settings, Path(scratch), check)
+            made = _component(exported, component, variants, settings, Path(scratch), check, standard)
             for variant, part in made.items():
                 art = artifacts[variant]
                 art.details["components"][component.name] = part.details
@@ -222,6 +231,7 @@ def _component(
     settings: Settings,
     scratch: Path,
     check: Check | None,
+    standard: bool = True,
 ) -> dict[str, _Made]:
     """All variants of one graph, each made in its own child; the plain export is replaced last."""
     plain = component.path
@@ -266,7 +276,7 @@ def _component(
             retry.details["note"] = f"from the fp32 graph failed: {first}"
             made["fp16"] = retry
 
-    for variant in STANDARD_VARIANTS:  # beside a graph with ONNX Runtime's contrib ops, one of standard ops
+    for variant in STANDARD_VARIANTS if standard else ():  # beside a graph with contrib ops, one of standard ops
         if variant in made and made[variant].path is not None and made[variant].details.get("contrib_ops"):
             out = work[f"{variant}-standard"] / final[variant].name
             _add_standard(made[variant], _guarded(
