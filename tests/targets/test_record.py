@@ -25,7 +25,6 @@ def test_target_rows_are_recorded_and_read(converted: dict[str, ConversionResult
     run_id = "run-1"
     store.start_run(run_id, manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
     store.record(run_id, "bert-key", converted["bert"])
-    store.record(run_id, "bart-key", converted["bart"])
     store.finish_run(run_id)
     cols, rows = query(store, "SELECT target, variant, status, target_version, latency_ms, model_type, task"
                               " FROM compat_by_target ORDER BY target, variant")  # fmt: skip

@@ -174,7 +174,7 @@ def optimize(
     settings: Settings,
     *,
     check: Check | None = None,
-    standard: bool = True,
+    standard: bool = False,
 ) -> dict[str, Artifact]:
     """Build the requested variants of every component; fp32 failing raises, the others fail as data.
 
@@ -231,7 +231,7 @@ def _component(
     settings: Settings,
     scratch: Path,
     check: Check | None,
-    standard: bool = True,
+    standard: bool = False,
 ) -> dict[str, _Made]:
     """All variants of one graph, each made in its own child; the plain export is replaced last."""
     plain = component.path
