@@ -65,7 +65,7 @@ class JsLoaded(Loaded):
                     continue
                 inputs: list[dict[str, Any]] = []
                 for name, value in cast_feed(case.feed, types, case.component).items():
-                    value = np.ascontiguousarray(value)
+                    value = np.asarray(value, order="C")  # ascontiguousarray would make a scalar 1-d
                     file = work / f"in-{n}-{len(inputs)}.bin"
                     file.write_bytes(value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes())
                     inputs.append({"name": name, "type": _JS_TYPE[value.dtype.name], "dims": list(value.shape),
