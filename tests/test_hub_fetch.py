@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hubserver import HubServer
-from zoo_convert.errors import FailureKind, FetchError
+from zoo_convert.errors import ExportError, FailureKind, FetchError
 from zoo_convert.pipeline import convert_one
 from zoo_convert.records import HubSnapshot, ManifestEntry, Settings
 from zoo_convert.stages.fetch import fetch, resolve_revision
@@ -135,3 +135,35 @@ def test_an_owners_listing_resolves_its_ids_in_fewer_requests_and_gives_up_when_
     }
     # many: three pages for six models; big: one page that found nothing, then one model_info each.
     assert requests == {"list_models": 3 + 1, "model_info": 2}
+
+
+@pytest.mark.parametrize("with_config", [True, False])
+def test_a_hub_repo_that_is_an_adapter_or_gguf_says_so_as_a_folder_does(
+    with_config: bool, zoo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not "no config.json in the repo": the same messages as a local folder's (tests/stages/test_fetch.py)."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    adapter, gguf = tmp_path / "adapter", tmp_path / "gguf"
+    adapter.mkdir()
+    gguf.mkdir()
+    base = {"peft_type": "LORA", "base_model_name_or_path": "google-bert/bert-base-uncased", "r": 8}
+    (adapter / "adapter_config.json").write_text(json.dumps(base))
+    (adapter / "adapter_model.safetensors").write_bytes((zoo_dir / "bert" / "model.safetensors").read_bytes())
+    if with_config:  # an adapter repo never has one; a GGUF repo sometimes does
+        shutil.copy(zoo_dir / "bert" / "config.json", gguf / "config.json")
+    (gguf / "model-Q4_K_M.gguf").write_bytes(b"GGUF" + bytes(60))
+    with HubServer() as server:
+        server.seed_repo("peft/lora", adapter)
+        server.seed_repo("quant/gguf", gguf)
+        settings = _settings(server, tmp_path)
+        with pytest.raises(ExportError) as found:
+            fetch(ManifestEntry(source="peft/lora"), settings)
+        assert found.value.kind == FailureKind.EXPORT_UNSUPPORTED and "no config.json" not in found.value.message
+        assert "a PEFT adapter (LORA), not a model: its base model is google-bert/bert-base-uncased" in found.value.message
+        with pytest.raises(ExportError) as found:
+            fetch(ManifestEntry(source="quant/gguf"), settings)
+        assert found.value.kind == FailureKind.EXPORT_UNSUPPORTED and "no config.json" not in found.value.message
+        assert "only GGUF weights (model-Q4_K_M.gguf): GGUF is llama.cpp's format, not a conversion source" in found.value.message
+        # Nothing but the adapter's own small config was downloaded: no weights, no GGUF file.
+        downloads = [path for method, path, _ in server.requests("GET", r"/resolve/")]
+        assert downloads and all(p.endswith("/adapter_config.json") for p in downloads), downloads

@@ -151,3 +151,73 @@ def test_sessions_run_on_the_providers_this_build_has(tmp_path: Path) -> None:
     assert ort_session(tmp_path / "m.onnx", threads=1, providers=("NoSuchExecutionProvider",)).get_providers() == [
         "CPUExecutionProvider"
     ]
+
+
+def _merged_decoder_like() -> onnx.ModelProto:
+    """optimum's merged decoder in miniature: the cache branch answers the cross-attention cache with an empty
+    placeholder (a Constant of shape [0, 2, 1, 4]), hands the past straight through, and (as ONNX Runtime writes
+    it once optimized) returns a branch initializer; the other branch computes all three."""
+    empty = numpy_helper.from_array(np.zeros((0, 2, 1, 4), dtype=np.float32), "empty")
+    ones = numpy_helper.from_array(np.ones((1, 2, 3, 4), dtype=np.float32), "kept")
+    then = helper.make_graph(
+        [helper.make_node("Constant", [], ["enc"], value=empty)],
+        "cache",
+        [],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("enc", "past", "kept")],
+        initializer=[ones],
+    )
+    other = helper.make_graph(
+        [
+            helper.make_node("Relu", ["past"], ["enc2"]),
+            helper.make_node("Neg", ["past"], ["past2"]),
+            helper.make_node("Abs", ["past"], ["kept2"]),
+        ],
+        "no_cache",
+        [],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("enc2", "past2", "kept2")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["use_cache_branch"], ["present.enc", "present.past", "present.kept"],
+                          then_branch=then, else_branch=other)],
+        "merged",
+        [
+            helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]),
+            helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, 2, 3, 4]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("present.enc", "present.past", "present.kept")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_branch_outputs_get_an_operation_and_openvino_compiles_what_it_did_not(tmp_path: Path) -> None:
+    """OpenVINO resolves neither a branch initializer nor an outer-scope value as a branch output, and reads an
+    empty Constant as a scalar ("If with dynamic rank"); the rewrite computes the same on ONNX Runtime."""
+    ov = pytest.importorskip("openvino")
+    before, after = tmp_path / "before.onnx", tmp_path / "after.onnx"
+    onnx.save(_merged_decoder_like(), before)
+    onnx.save(_merged_decoder_like(), after)
+    with pytest.raises(RuntimeError, match="not produced by any operation|dynamic rank|Non-existent connection"):
+        ov.Core().compile_model(str(before), "CPU")
+
+    assert onnx_graph.portable_branches(after) == 3
+    assert onnx_graph.portable_branches(after) == 0  # nothing left to rewrite
+    ops = onnx_graph.op_census(onnx_graph.load(after).graph)
+    assert ops["ConstantOfShape"] == 1 and ops["Identity"] == 1 and ops["Constant"] == 2  # the shape, the initializer
+    compiled = ov.Core().compile_model(str(after), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    past = np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    expected = {True: [np.zeros((0, 2, 1, 4), np.float32), past, np.ones((1, 2, 3, 4), np.float32)],
+                False: [np.maximum(past, 0), -past, np.abs(past)]}  # fmt: skip
+    for flag, want in expected.items():
+        feed = {"use_cache_branch": np.array([flag]), "past": past}
+        got = ort_session(after, threads=1).run(None, feed)  # ONNX Runtime refuses the outer-scope one before
+        answer = compiled.create_infer_request().infer(feed)
+        for w, g, o in zip(want, got, answer.values(), strict=True):
+            assert w.shape == g.shape == o.shape and np.array_equal(w, g) and np.array_equal(w, o)
+
+
+def test_contrib_ops_counts_only_ops_outside_the_standard_domains() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("FusedMatMul", ["a", "b"], ["c"], domain="com.microsoft"), helper.make_node("Relu", ["c"], ["d"])],
+        "g", [], [],
+    )  # fmt: skip
+    assert onnx_graph.contrib_ops(graph) == {"com.microsoft.FusedMatMul": 1}

@@ -208,7 +208,7 @@ def test_no_optimize_no_benchmark_verifies_the_export_as_written(
 ) -> None:
     result, exported_sha256 = unoptimized
     assert result.passed, result.message
-    stages = ["fetch", "export", "check", "verify", "optimize", "verify", "verify", "verify"]
+    stages = ["fetch", "export", "check", "verify", "optimize", "verify", "verify", "verify", "target"]
     assert [s.stage for s in result.stages] == stages
     model = Path(result.artifacts_dir, "onnx", "model.onnx")
     # The job kept the weights in model.onnx_data; the artifact has them inside again, the graph unchanged.
@@ -554,8 +554,8 @@ def test_the_benchmark_inputs_cost_no_pytorch_forward(zoo_dir: Path, tmp_path: P
     made: list[tuple[int, bool, int]] = []
     real = runtime._make_case
 
-    def recorded(exported, comp, config, branch, outputs, kwargs, settings, reference=True):
-        case = real(exported, comp, config, branch, outputs, kwargs, settings, reference)
+    def recorded(exported, comp, config, branch, outputs, kwargs, settings, reference=True, encoded=None):
+        case = real(exported, comp, config, branch, outputs, kwargs, settings, reference, encoded)
         made.append((kwargs["sequence_length"], reference, len(case.reference)))
         return case
 

@@ -303,6 +303,9 @@ class Artifact:
         traceback: where making it failed, for a failure that is a bug of ours.
         verified: ONNX Runtime's side of verify, run by the child that made it, per component;
             empty when optimize ran without PyTorch references.
+        standard: component name -> a graph of standard ONNX ops computing the same, where the
+            component's graph in ``files`` holds ONNX Runtime's contrib ops (``<folder>/standard/``:
+            what runtimes other than ONNX Runtime read); checked against PyTorch on ONNX Runtime too.
     """
 
     variant: str
@@ -310,6 +313,7 @@ class Artifact:
     details: dict[str, Any] = field(default_factory=dict)
     traceback: str | None = None
     verified: dict[str, Verified] = field(default_factory=dict)
+    standard: dict[str, Path] = field(default_factory=dict)
 
     @property
     def size_bytes(self) -> int:

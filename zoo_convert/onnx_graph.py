@@ -63,6 +63,19 @@ def op_census(graph: onnx.GraphProto) -> Counter[str]:
     return Counter(node.op_type for sub in graphs(graph) for node in sub.node)
 
 
+# The domains of ONNX's standard operators: every runtime that reads ONNX implements these (``""`` is ai.onnx).
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+
+
+def contrib_ops(graph: onnx.GraphProto) -> Counter[str]:
+    """Ops outside ONNX's standard domains, by ``domain.op_type`` (``com.microsoft.FusedMatMul``), subgraphs included.
+
+    ONNX Runtime's fusions emit them (FusedMatMul, BiasGelu, SkipLayerNormalization, FusedConv);
+    other runtimes translate them badly or not at all.
+    """
+    return Counter(f"{n.domain}.{n.op_type}" for sub in graphs(graph) for n in sub.node if n.domain not in STANDARD_DOMAINS)
+
+
 def load(path: Path) -> onnx.ModelProto:
     """A graph's structure without its external weights: enough to count, name and inspect it."""
     return onnx.load(str(path), load_external_data=False)
@@ -380,3 +393,82 @@ def delete(graph: Path) -> None:
     """Remove a graph and its external data, whichever exist."""
     data_path(graph).unlink(missing_ok=True)
     graph.unlink(missing_ok=True)
+
+
+def produce_branch_outputs(graph: onnx.GraphProto) -> int:
+    """Give every ``If`` branch output an operation of its branch that makes it, every empty constant one too.
+
+    Returns how many were rewritten. optimum's merged decoder answers the cross-attention cache
+    on its cache branch with empty placeholders (``present.N.encoder.key``, shape
+    ``[0, heads, 1, head_dim]``): ``Constant`` nodes in the export (behind a ``Cast`` in fp16),
+    branch initializers once ONNX Runtime has optimized the graph; a branch may also hand an
+    outer-scope value straight through. ONNX allows all of them; OpenVINO's ONNX frontend
+    resolves no initializer or outer-scope name as a branch output ("declared as a graph output
+    but is not produced by any operation") and reads an empty constant as a scalar (then "If
+    operation with dynamic rank"). The rewrite computes the same values: an empty constant
+    becomes ``ConstantOfShape`` of its shape, an initializer output a ``Constant`` node holding
+    it, an outer-scope value goes through an ``Identity``. Nested branches included.
+    """
+    rewritten = 0
+    for parent in graphs(graph):
+        for node in parent.node:
+            if node.op_type == "If":
+                for _, branch in subgraphs(node):
+                    rewritten += _produce_outputs(branch)
+    return rewritten
+
+
+def portable_branches(path: Path) -> int:
+    """:func:`produce_branch_outputs` on a graph file, rewritten in place (external weights untouched); returns the count."""
+    model = onnx.load(str(path), load_external_data=False)
+    rewritten = produce_branch_outputs(model.graph)
+    if rewritten:
+        onnx.save_model(model, str(path))
+        read_back(path, "onnx.save_model")
+    return rewritten
+
+
+def _produce_outputs(branch: onnx.GraphProto) -> int:
+    from onnx import helper
+
+    rewritten = 0
+    initializers = {t.name: t for t in branch.initializer}
+    producers = {out for n in branch.node for out in n.output}
+    taken = producers | set(initializers) | {o.name for o in branch.output}
+    for output in branch.output:
+        if output.name in producers:
+            continue
+        if output.name in initializers:
+            tensor = initializers.pop(output.name)
+            branch.initializer.remove(tensor)
+            branch.node.append(helper.make_node("Constant", [], [output.name], name=f"{output.name}/constant", value=tensor))
+        else:  # an outer-scope value: branch outputs bind by position, so the branch may name it otherwise
+            alias = f"{output.name}/passed"
+            while alias in taken:
+                alias += "_"
+            taken.add(alias)
+            branch.node.append(helper.make_node("Identity", [output.name], [alias], name=alias))
+            output.name = alias
+        rewritten += 1
+    for i, node in enumerate(list(branch.node)):
+        value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+        if node.op_type == "Constant" and value is not None and 0 in value.dims:
+            branch.node.remove(node)
+            for at, made in enumerate(_empty(node.output[0], value), start=i):
+                branch.node.insert(at, made)
+            rewritten += 1
+    return rewritten
+
+
+def _empty(name: str, value: onnx.TensorProto) -> list[onnx.NodeProto]:
+    """Nodes that make the empty tensor ``value`` under ``name``: ``ConstantOfShape`` of its shape."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    shape = f"{name}/shape"
+    dims = numpy_helper.from_array(np.array(list(value.dims), dtype=np.int64))
+    zero = helper.make_tensor("zero", value.data_type, [1], [0])
+    return [
+        helper.make_node("Constant", [], [shape], name=shape, value=dims),
+        helper.make_node("ConstantOfShape", [shape], [name], name=f"{name}/empty", value=zero),
+    ]

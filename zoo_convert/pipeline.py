@@ -103,7 +103,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
                 details["torch_alone"] = True
             _release_torch(exported)
         with run.stage("optimize") as details:
-            artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check)
+            standard = target.wants_standard(target.chosen(entry, settings))  # only for a target that reads it
+            artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check, standard=standard)
             details.update({v: a.details for v, a in artifacts.items()})
             target.record_variants(exported, artifacts)
             export.set_modes(out_dir)
@@ -113,7 +114,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         if names and missing is None:
             with run.stage("target") as details:
                 try:  # a target never changes the verdict: not even a bug of ours in checking one
-                    rows = target.check(exported, run.variants, names)
+                    rows = target.check(exported, run.variants, names, timed=0)  # timed alone, in the latency phase
                 except Exception as exc:  # noqa: BLE001 - kept in the stage's details, with its traceback
                     rows = []
                     details.update(error=_failure(exc).message, traceback=_failure(exc).traceback)
@@ -253,10 +254,11 @@ def _benchmarked(
     """Every verified variant and PyTorch (once) timed, with the node to this job alone in a farm; never fails a variant.
 
     In a farm job the benchmark waits for the node's latency phase (``forked.alone_on_node``):
-    no conversion runs on the node while it is timed. The stage's details keep the wait and the
+    no conversion runs on the node while it is timed; the deployment targets' passed variants are
+    timed there too (``target.time_alone``). The stage's details keep the wait and the
     wall-clock window it was timed in.
     """
-    from .stages import benchmark
+    from .stages import benchmark, target
 
     timed = [artifacts[v.variant] for v in run.variants if v.status in (PASSED, INCONCLUSIVE)]
     if not timed:
@@ -264,6 +266,11 @@ def _benchmarked(
     with alone_on_node() as waited, run.stage("benchmark") as details:
         started = time.time()
         latencies = benchmark.benchmark(exported, timed, settings)
+        rows = list(run.facts.get("targets", ()))
+        if rows:  # each deployment target's passed variants, timed alone too
+            t1 = time.perf_counter()
+            run.facts["targets"] = tuple(target.time_alone(exported, rows))
+            details["targets_seconds"] = round(time.perf_counter() - t1, 4)
         details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy),
                        lease_wait_s=round(waited, 4), window=[round(started, 4), round(time.time(), 4)])
     return [_with_latency(v, latencies[v.variant]) if v.variant in latencies else v for v in run.variants]

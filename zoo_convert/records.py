@@ -42,6 +42,12 @@ SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "widt
                  "audio_sequence_length", "feature_size", "nb_max_frames")  # fmt: skip
 
 
+# Beside a component's graphs, the folder of its graphs of standard ONNX ops (``onnx/standard/model.onnx``),
+# written where the shipped graph holds ONNX Runtime's contrib ops; same file names, so a loader's
+# ``subfolder="onnx/standard"`` finds them.
+STANDARD_FOLDER = "standard"
+
+
 def variant_files(component: str, variant: str) -> tuple[str, ...]:
     """The names one component's graph has in one variant under onnx/, the recorded one first.
 
@@ -309,6 +315,8 @@ class TargetResult:
         providers: what really ran it (ONNX Runtime: the session's providers; OpenVINO: the device).
         seconds: wall time of the whole check.
         checks: the cases' output checks.
+        graph: the graph files it ran, relative to the artifact folder (``onnx/standard/model.onnx``
+            where the target reads standard ONNX ops and the variant ships fused), comma-separated.
     """
 
     target: str
@@ -322,6 +330,7 @@ class TargetResult:
     providers: str | None = None
     seconds: float | None = None
     checks: tuple[OutputCheck, ...] = ()
+    graph: str | None = None
 
 
 # The latency columns of a variant, in VariantResult's order (results columns of the same names).

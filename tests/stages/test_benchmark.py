@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
+import numpy as np
 import pytest
 
 from zoo_convert.records import Settings
@@ -97,3 +99,38 @@ def test_a_spread_or_other_processes_busy_on_the_cpus_it_needs_is_noisy() -> Non
     # No ORT figure, nothing to distrust: the note says why it is empty.
     empty = busy.latency(None, quiet, ("not timed: no graph", None))
     assert not empty.noisy and empty.note == "not timed: no graph" and empty.speedup is None
+
+
+# Every audio encoder-decoder of the zoo: raw samples (moonshine), filterbank frames (speech_to_text), a 30 s window (whisper).
+AUDIO_ENCODER_DECODERS = ["moonshine", "speech-to-text", "whisper"]
+
+
+@pytest.mark.parametrize("name", AUDIO_ENCODER_DECODERS)
+def test_an_audio_decoder_is_timed_on_what_its_encoder_makes_of_the_audio(name: str, zoo_export) -> None:
+    """moonshine's latency was empty: its decoder was fed 128 frames of noise beside 1 s of audio's mask (40 frames).
+
+    A user's pipeline (optimum's ORTModelForSpeechSeq2Seq, generate) feeds the decoder the encoder's output
+    and the encoder's attention mask; verify's toy shapes are left as they are.
+    """
+    from zoo_convert.records import Settings
+    from zoo_convert.stages import Artifact
+    from zoo_convert.stages.benchmark import bench_cases, benchmark
+    from zoo_convert.stages.verify import verify
+    from zoo_convert.verify.runtime import Branch, RuntimeCache, cases
+
+    ex = dataclasses.replace(zoo_export(name), cache=RuntimeCache())  # the shared export's memo left as it was
+    fp32 = Artifact("fp32", {c.name: c.path for c in ex.components})
+    settings = Settings(bench_warmup=1, bench_runs=3)
+    assert all(c.passed for c in verify(ex, fp32, settings))
+    lat = benchmark(ex, [fp32], settings)["fp32"]
+    assert lat.note is None and lat.ort is not None and lat.torch is not None, lat.note
+    (encoder, enc_case), (decoder, dec_case) = bench_cases(ex, settings)
+    frames = enc_case.reference["last_hidden_state"]
+    fed = dec_case.feed["encoder_hidden_states"]
+    assert fed.shape == frames.shape and np.array_equal(fed, frames)
+    assert dec_case.feed["past_key_values.0.encoder.key"].shape[2] == frames.shape[1]
+    if "attention_mask" in enc_case.feed:  # moonshine: samples, speech_to_text: filterbank frames
+        assert np.array_equal(dec_case.feed["encoder_attention_mask"], enc_case.feed["attention_mask"])
+    # verify's decoder cases are as they were: the encoder side as long as the toy shape's tokens.
+    toy = cases(ex, decoder, 1, 7, settings, audio_samples=7000)[Branch.CACHE]
+    assert toy.feed["encoder_hidden_states"].shape[1] == 7

@@ -20,11 +20,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def test_target_rows_are_recorded_and_read(converted: dict[str, ConversionResult], tmp_path: Path) -> None:
     assert MIGRATIONS[10].version == 11 and MIGRATIONS[10].name == "deployment targets"
+    assert MIGRATIONS[12].version == 13 and MIGRATIONS[12].name == "target graph"
     store = ResultStore(tmp_path / "r.duckdb")
     run_id = "run-1"
     store.start_run(run_id, manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
     store.record(run_id, "bert-key", converted["bert"])
-    store.record(run_id, "bart-key", converted["bart"])
     store.finish_run(run_id)
     cols, rows = query(store, "SELECT target, variant, status, target_version, latency_ms, model_type, task"
                               " FROM compat_by_target ORDER BY target, variant")  # fmt: skip
@@ -44,11 +44,13 @@ def test_target_failures_cluster_into_signatures(converted: dict[str, Conversion
     from zoo_convert import targets
     from zoo_convert.targets import reference
 
-    rows = tuple(targets.check(targets.get("openvino"), reference.load(folders["bart"]), v) for v in ("fp32", "fp16"))
+    rows = tuple(targets.check(targets.get("openvino"), reference.load(folders["deberta"]), v) for v in ("fp32", "fp16"))
     store = ResultStore(tmp_path / "r.duckdb")
     run_id = "run-1"
     store.start_run(run_id, manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
-    store.record(run_id, "bart-key", replace(converted["bart"], targets=rows))
+    store.record(run_id, "deberta-key", replace(converted["deberta"], targets=rows))
+    _, graphs = query(store, "SELECT variant, graph FROM compat_by_target ORDER BY variant")
+    assert graphs[1] == ("fp32", "onnx/standard/model.onnx")  # the graph OpenVINO was given, recorded
     _, found = query(store, "SELECT target, status, n, signature FROM target_signatures ORDER BY signature")
     assert [(t, s) for t, s, *_ in found] == [("openvino", "failed")] * len(found) and sum(r[2] for r in found) == 2
     assert all("OpenVINO cannot compile" in r[3] and "<path>" not in r[3][:30] for r in found), found
@@ -60,8 +62,8 @@ def test_verify_target_rechecks_a_folder(folders: dict[str, Path]) -> None:
     lines = done.output.splitlines()
     assert [ln.split()[0] for ln in lines] == ["ort-cpu", "ort-cpu", "openvino", "openvino"]
     assert all(" passed " in ln and "max abs" in ln and " ms" in ln for ln in lines)
-    failed = CliRunner().invoke(cli, ["verify-target", str(folders["bart"]), "--target", "openvino", "--variants", "fp32"])
-    assert failed.exit_code == 1 and "failed" in failed.output and "decoder_model_merged.onnx" in failed.output
+    failed = CliRunner().invoke(cli, ["verify-target", str(folders["deberta"]), "--target", "openvino", "--variants", "fp32"])
+    assert failed.exit_code == 1 and "failed" in failed.output and "model.onnx" in failed.output
     unsupported = CliRunner().invoke(cli, ["verify-target", str(folders["data2vec-text"]), "--target", "transformers.js",
                                            "--variants", "fp32"])  # fmt: skip
     assert unsupported.exit_code == 1 and " unsupported " in unsupported.output
@@ -82,3 +84,22 @@ def test_the_manifest_targets_column_is_validated(tmp_path: Path) -> None:
     found = validate_table(table, base_dir=tmp_path)
     assert [e.targets for e in found.entries] == [("openvino",), None]
     assert len(found.problems) == 1 and "unknown target" in str(found.problems[0])
+
+
+def test_publishing_carries_the_standard_graphs_the_saved_reference_names(converted: dict[str, ConversionResult],
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    """A published folder is re-checked by verify-target: its reference names onnx/standard/, so those ship too."""
+    import json
+
+    from zoo_convert.publish import load_candidates
+    from zoo_convert.publish.files import repo_files
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    store.start_run("run-1", manifest="m.parquet", manifest_hash="h", versions={}, resources={}, settings={})
+    store.record("run-1", "clip-key", converted["clip"])
+    store.finish_run("run-1")
+    (candidate,) = load_candidates(store, "run-1")
+    files = repo_files(candidate)
+    manifest = json.loads(files["reference/manifest.json"].read_text())
+    named = {f for graphs in (*manifest["variants"].values(), *manifest["standard"].values()) for f in graphs.values()}
+    assert {"onnx/standard/model.onnx", "onnx/standard/model_fp16.onnx"} <= named <= set(files)

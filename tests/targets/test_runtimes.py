@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,14 @@ def test_the_pipeline_records_every_variant_on_every_chosen_target(converted: di
     assert all(r.status == "passed" and r.version and r.latency_ms for r in rows.values()), rows
     assert rows["openvino", "fp32"].max_abs is not None and rows["openvino", "fp32"].max_abs <= 1e-4
     assert rows["ort-cpu", "fp32"].providers == "CPUExecutionProvider"
-    assert not converted["bart"].targets  # targets=() asks for none
+    # ONNX Runtime and transformers.js run the shipped fused graph; OpenVINO the standard one beside it.
+    assert rows["ort-cpu", "fp32"].graph == rows["transformers.js", "fp32"].graph == "onnx/model.onnx"
+    assert rows["openvino", "fp32"].graph == "onnx/standard/model.onnx"
+    fp32 = next(v for v in converted["bert"].variants if v.variant == "fp32")
+    assert fp32.optimizer["components"]["model"]["contrib_ops"]  # the verdict's graph is still ONNX Runtime's fused one
+    assert fp32.optimizer["components"]["model"]["standard"]["file"] == "standard/model.onnx"
+    # the targets asked for, and no others; untimed without a benchmark
+    assert {(t.target, t.latency_ms) for t in converted["bart"].targets} == {("openvino", None)}
 
 
 @pytest.mark.parametrize("variant", ["fp32", "fp16", "int8"])
@@ -44,11 +52,53 @@ def test_openvino_compiles_fp32_at_f32_and_passes_bert(folders: dict[str, Path])
     assert row.max_abs is not None and row.max_abs <= 1e-4  # bf16 (the default on AVX512-BF16) would be ~1e-2
 
 
-def test_openvino_does_not_compile_the_merged_decoder_and_says_why(folders: dict[str, Path]) -> None:
-    row = targets.check(targets.get("openvino"), reference.load(folders["bart"]), "fp32")
+@pytest.mark.parametrize("variant", ["fp32", "fp16", "int8"])
+def test_openvino_runs_the_merged_decoder_on_both_branches(folders: dict[str, Path], variant: str) -> None:
+    """The cache branch's placeholders are made by operations (ConstantOfShape), so OpenVINO compiles it."""
+    ref = reference.load(folders["bart"])
+    row = targets.check(targets.get("openvino"), ref, variant)
+    assert row.status == "passed", row.message
+    assert {c.component for c in ref.cases} == {"encoder_model", "decoder_model_merged"}
+    assert len(row.checks) == sum(len(c.outputs) for c in ref.cases)  # both branches, every output
+
+
+@pytest.mark.parametrize("model", ["bart", "clip"])
+def test_transformers_js_still_passes_the_rewritten_and_fused_graphs(folders: dict[str, Path], model: str) -> None:
+    ref = reference.load(folders[model])
+    for variant in ("fp32", "fp16", "int8"):
+        row = targets.check(targets.get("transformers.js"), ref, variant)
+        assert row.status == "passed", (variant, row.message)
+        assert row.graph is not None and "standard/" not in row.graph  # the folder as its users load it
+
+
+def test_a_standard_graph_ships_beside_a_fused_one_and_openvino_reads_it(folders: dict[str, Path]) -> None:
+    """clip's fp32 and fp16 are fused (com.microsoft ops); a standard graph computes the same beside each."""
+    import onnx
+
+    from zoo_convert import onnx_graph
+
+    ref = reference.load(folders["clip"])
+    assert ref.variants["fp32"] == {"model": "onnx/model.onnx"}  # what ONNX Runtime and transformers.js load
+    assert ref.standard["fp32"] == {"model": "onnx/standard/model.onnx"}
+    assert ref.standard["fp16"] == {"model": "onnx/standard/model_fp16.onnx"}
+    assert ref.standard["int8"] == ref.variants["int8"]  # made from the plain export: standard already
+    fused = onnx_graph.contrib_ops(onnx.load(str(folders["clip"] / "onnx" / "model_fp16.onnx")).graph)
+    assert fused["com.microsoft.QuickGelu"] > 0
+    for variant in ("fp32", "fp16"):
+        assert not onnx_graph.contrib_ops(onnx.load(str(ref.files(variant, standard=True)["model"])).graph)
+        row = targets.check(targets.get("openvino"), ref, variant)
+        assert row.status == "passed", (variant, row.message)
+        assert row.graph == f"onnx/standard/model{'_fp16' if variant == 'fp16' else ''}.onnx"
+        assert targets.check(targets.get("ort-cpu"), ref, variant).graph == ref.variants[variant]["model"]
+    # The fused fp16 graph, given to OpenVINO as before: its QuickGelu does not compile.
+    fused_only = targets.check(targets.get("openvino"), replace(ref, standard={}), "fp16")
+    assert fused_only.status == "failed" and fused_only.graph == "onnx/model_fp16.onnx"
+
+
+def test_openvino_still_refuses_an_if_whose_branches_differ_in_rank(folders: dict[str, Path]) -> None:
+    row = targets.check(targets.get("openvino"), reference.load(folders["deberta"]), "fp32")
     assert row.status == "failed"
-    assert row.message is not None and "decoder_model_merged.onnx" in row.message
-    assert "If" in row.message
+    assert row.message is not None and "model.onnx" in row.message and "dynamic rank" in row.message
 
 
 def test_transformers_js_loads_each_dtype_and_passes_bert(folders: dict[str, Path]) -> None:

@@ -1,7 +1,8 @@
 """Fork-server preload: importing this module warms the process that forks every job.
 
 It imports the toolchain (torch, transformers, optimum, onnxruntime, the
-pipeline), quiets the libraries' warnings and logs for every job it will fork,
+pipeline), preloads the installed targets (openvino's import, the model types
+transformers.js knows), quiets the libraries' warnings and logs for every job it will fork,
 and converts one tiny BERT, so forked jobs start with every lazy import and
 first-call cache already paid. Everything runs single-threaded:
 forking a process whose OpenMP or intra-op pool is running deadlocks the child.
@@ -27,9 +28,12 @@ def warm_up() -> float:
     torch.set_num_interop_threads(1)
     import onnxruntime  # noqa: F401
 
+    from .. import targets
     from ..pipeline import quiet_libraries
 
     quiet_libraries()
+    for name in targets.installed():  # the runtimes every job's target children would import (openvino)
+        targets.get(name).preload()
     convert_tiny_bert("optimum")
     return time.perf_counter() - t0
 
@@ -47,7 +51,9 @@ def convert_tiny_bert(exporter: str) -> None:
         )
         transformers.BertModel(config).save_pretrained(f"{tmp}/bert")
         entry = ManifestEntry(source=f"{tmp}/bert", task="feature-extraction", variants=("fp32",), exporter=exporter)
-        result = convert_one(entry, Settings(out_dir=f"{tmp}/out", bench_warmup=0, bench_runs=1, threads=1))
+        # No targets: they run in forked children, which would warm nothing here (openvino is preloaded above).
+        settings = Settings(out_dir=f"{tmp}/out", bench_warmup=0, bench_runs=1, threads=1, targets=())
+        result = convert_one(entry, settings)
         if not result.passed:
             print(f"zoo_convert: the warm-up's tiny BERT ({exporter}) did not pass: {result.status}", file=sys.stderr)
 

@@ -82,7 +82,7 @@ def _target(row: dict[str, Any]) -> TargetResult:
     return TargetResult(target=row["target"], variant=row["variant"], status=row["status"],
                         version=row["target_version"], message=row["message"], max_abs=row["max_abs"],
                         min_cosine=row["min_cosine"], latency_ms=row["latency_ms"], providers=row["providers"],
-                        seconds=row["seconds"])  # fmt: skip
+                        seconds=row["seconds"], graph=row.get("graph"))  # fmt: skip
 
 
 def _candidate(rows: list[dict[str, Any]], tolerances: dict[str, float], targets: list[TargetResult]) -> Candidate:

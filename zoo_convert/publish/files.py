@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import PublishError
-from ..records import PASSED, variant_of
+from ..records import PASSED, STANDARD_FOLDER, variant_of
 from .candidates import Candidate
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ def hash_file(path: Path) -> LocalFile:
 
 def repo_files(c: Candidate, *, include_failed: bool = False) -> dict[str, Path]:
     """Path in repo -> local file: the side files (sentence-transformers module folders too) and the ONNX
-    graphs (+ external data) of published variants, under every name transformers.js knows them by."""
+    graphs (+ external data) of published variants, under every name transformers.js knows them by, and
+    their graphs of standard ONNX ops (``onnx/standard/``) where the variant ships fused."""
     if not c.artifacts_dir or not Path(c.artifacts_dir, "onnx").is_dir():
         raise PublishError(f"{c.source}: no onnx/ folder under {c.artifacts_dir!r}")
     root = Path(c.artifacts_dir)
@@ -69,7 +70,8 @@ def repo_files(c: Candidate, *, include_failed: bool = False) -> dict[str, Path]
         and not any(part.startswith(".") for part in p.relative_to(root).parts)
     }
     wanted = {v.variant for v in c.variants if v.status == PASSED or include_failed}
-    for graph in sorted((root / "onnx").glob("*.onnx")):
+    # onnx/standard/: a fused variant's graph of standard ONNX ops, the one the saved reference gives other runtimes
+    for graph in [*sorted((root / "onnx").glob("*.onnx")), *sorted((root / "onnx" / STANDARD_FOLDER).glob("*.onnx"))]:
         if variant_of(graph.name) not in wanted:
             continue
         for p in (graph, *external_data(graph)):

@@ -47,10 +47,12 @@ import numpy as np
 from ..errors import first_line, is_our_bug
 from ..records import Settings
 from ..verify.runtime import (
+    ENCODER_OUTPUT_INPUTS,
     Branch,
     Case,
     TorchAlone,
     as_loaded_forward,
+    audio_encoder,
     cases,
     feed_for,
     ort_session,
@@ -79,15 +81,30 @@ TORCH = "torch"
 
 
 def bench_cases(exported: ExportedModel, settings: Settings) -> list[tuple[Component, Case]]:
-    """The inputs of one timed iteration, one case per component (a merged decoder's cache branch)."""
+    """The inputs of one timed iteration, one case per component (a merged decoder's cache branch).
+
+    The decoder of an audio encoder is fed as a user's pipeline feeds it (optimum's
+    ORTModelForSpeechSeq2Seq): the encoder's PyTorch output on the benchmark's audio, a
+    cross-attention cache as long, and the encoder's attention mask. Generated on its own, its
+    encoder side would be as long as its tokens, which the audio's frames are not (moonshine:
+    40 frames of 1 s against 128 tokens, a broadcast error in every variant).
+    """
     found: list[tuple[Component, Case]] = []
+    fixed = settings.shapes
+    shape = (fixed.get("batch_size", BENCH_BATCH), fixed.get("sequence_length", BENCH_SEQUENCE))
+    audio = fixed.get("audio_sequence_length", BENCH_AUDIO_SAMPLES)
+    encoded: Case | None = None
     for comp in exported.components:
-        # Inputs only: PyTorch's outputs at the benchmark's shape are never compared.
-        fixed = settings.shapes
-        by_branch = cases(
-            exported, comp, fixed.get("batch_size", BENCH_BATCH), fixed.get("sequence_length", BENCH_SEQUENCE), settings,
-            audio_samples=fixed.get("audio_sequence_length", BENCH_AUDIO_SAMPLES), reference=False,
-        )
+        config = comp.onnx_config
+        if encoded is not None and config is not None and any(n in config.inputs for n in ENCODER_OUTPUT_INPUTS):
+            # A decoder fed by an audio encoder: fed what the encoder made of the audio, as a user's pipeline is.
+            by_branch = cases(exported, comp, *shape, settings, audio_samples=audio, reference=False, encoded=encoded)
+        else:
+            # An audio encoder's output is what its decoder is fed: its PyTorch output is wanted (nothing is
+            # compared). Otherwise inputs only: PyTorch's outputs at the benchmark's shape are never compared.
+            feeds = len(exported.components) > 1 and config is not None and audio_encoder(config)
+            by_branch = cases(exported, comp, *shape, settings, audio_samples=audio, reference=feeds)
+            encoded = by_branch[Branch.WHOLE] if feeds else encoded
         # A merged decoder is timed on its cache branch: one step after the prompt.
         found.append((comp, by_branch[Branch.CACHE] if Branch.CACHE in by_branch else by_branch[Branch.WHOLE]))
     return found
@@ -104,7 +121,9 @@ def benchmark(exported: ExportedModel, artifacts: list[Artifact], settings: Sett
       (clamped to the position table), the shape optimum validates with;
     * encoder-decoders: the encoder on 128 tokens plus one decoder step over a
       128-token cache (the cache branch of a merged decoder), i.e. the cost
-      of the first generated token after the prompt.
+      of the first generated token after the prompt; an audio encoder on 1 s of
+      audio (whisper: its 30 s window), its decoder fed what the encoder made of it
+      (:func:`bench_cases`).
 
     Each side is timed in a block of its own (:func:`_block`): PyTorch eager under
     ``torch.inference_mode`` on ``settings.threads`` threads, then each variant's

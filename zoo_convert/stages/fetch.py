@@ -19,6 +19,7 @@ to build cache keys without paying for torch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -244,8 +245,8 @@ def download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
     wanted = list(filter_repo_objects(snap.files, allow_patterns=[*SIDE_FILES, *(SAFE_WEIGHTS if has_safe else PICKLE_WEIGHTS)]))
     if diffusion.is_pipeline_repo(snap.files):
         wanted = diffusion.hub_files(snap.files, entry.allow_pickle)
-    elif "config.json" not in wanted:
-        raise FetchError(f"{entry.source}@{snap.sha[:12]}: no config.json in the repo — not a transformers checkpoint (nor a diffusers pipeline: no model_index.json)")
+    else:
+        _hub_not_a_source(entry, snap, settings, has_weights=has_safe or bool(pickled))
 
     def get_all(api: HfApi) -> Path:
         paths = {
@@ -265,6 +266,31 @@ def download(entry: ManifestEntry, settings: Settings) -> tuple[Path, str]:
     folder = _hub_call(get_all, entry, settings)
     _remember_ref(folder, entry.revision or "main", snap.sha)
     return folder, snap.sha
+
+
+def _hub_not_a_source(entry: ManifestEntry, snap: HubSnapshot, settings: Settings, *, has_weights: bool) -> None:
+    """Say what a repo is that has no config.json or no weights, by its file list, as :func:`_vet` says of a folder.
+
+    A PEFT adapter: its adapter_config.json (a few hundred bytes) is downloaded to name the base model.
+    """
+    files = [n for n in snap.files if "/" not in n]
+    where = f"{entry.source}@{snap.sha[:12]}"
+    if "config.json" not in files and "adapter_config.json" in files:
+        from huggingface_hub import hf_hub_download
+
+        adapter = _hub_call(
+            lambda api: hf_hub_download(
+                entry.source, "adapter_config.json", revision=snap.sha, cache_dir=settings.hf_cache,
+                endpoint=settings.hf_endpoint, etag_timeout=settings.hub_timeout_s,
+            ),
+            entry,
+            settings,
+        )  # fmt: skip
+        _adapter(Path(adapter), dataclasses.replace(entry, source=where))
+    if not has_weights:
+        _gguf_only([n for n in files if n.endswith(".gguf")], dataclasses.replace(entry, source=where))
+    if "config.json" not in files:
+        raise FetchError(f"{where}: no config.json in the repo — not a transformers checkpoint (nor a diffusers pipeline: no model_index.json)")
 
 
 def _remember_ref(snapshot_folder: Path, revision: str, sha: str) -> None:
@@ -385,20 +411,26 @@ def _check_model_type(model_type: str, entry: ManifestEntry) -> None:
 def _not_a_source(path: Path, entry: ManifestEntry) -> None:
     """Say what a folder without config.json is when it is a known non-source: a PEFT adapter, GGUF files."""
     if os.path.isfile(path / "adapter_config.json") and not os.path.islink(path / "adapter_config.json"):
-        adapter = _json_file(path / "adapter_config.json", entry)
-        base = adapter.get("base_model_name_or_path") if isinstance(adapter, dict) else None
-        kind = adapter.get("peft_type") if isinstance(adapter, dict) else None
-        raise ExportError(
-            f"{entry.source}: a PEFT adapter ({kind or 'adapter_config.json'}), not a model: its base model is"
-            f" {base or 'not named in adapter_config.json'}; merge the adapter into it (peft's merge_and_unload,"
-            " then save_pretrained) and convert the merged folder",
-            kind=FailureKind.EXPORT_UNSUPPORTED,
-        )
-    _gguf_only(path, entry)
+        _adapter(path / "adapter_config.json", entry)
+    _gguf_only([p.name for p in path.glob("*.gguf")], entry)
 
 
-def _gguf_only(path: Path, entry: ManifestEntry) -> None:
-    gguf = sorted(p.name for p in path.glob("*.gguf"))
+def _adapter(file: Path, entry: ManifestEntry) -> None:
+    """Raise: a PEFT adapter is no model; its adapter_config.json names the base model it needs."""
+    adapter = _json_file(file, entry)
+    base = adapter.get("base_model_name_or_path") if isinstance(adapter, dict) else None
+    kind = adapter.get("peft_type") if isinstance(adapter, dict) else None
+    raise ExportError(
+        f"{entry.source}: a PEFT adapter ({kind or 'adapter_config.json'}), not a model: its base model is"
+        f" {base or 'not named in adapter_config.json'}; merge the adapter into it (peft's merge_and_unload,"
+        " then save_pretrained) and convert the merged folder",
+        kind=FailureKind.EXPORT_UNSUPPORTED,
+    )
+
+
+def _gguf_only(names: list[str], entry: ManifestEntry) -> None:
+    """Raise where a checkpoint without weights of ours has GGUF files (``names``)."""
+    gguf = sorted(names)
     if gguf:
         raise ExportError(
             f"{entry.source}: only GGUF weights ({', '.join(gguf[:3])}{', ...' if len(gguf) > 3 else ''}): GGUF is"
@@ -441,7 +473,7 @@ def _check_weights(path: Path, entry: ManifestEntry) -> None:
     pickled = [p for pattern in PICKLE_WEIGHTS for p in path.glob(pattern)]
     _check_shards(path, entry)
     if not safe and not pickled:
-        _gguf_only(path, entry)
+        _gguf_only([p.name for p in path.glob("*.gguf")], entry)
         raise FetchError(f"{entry.source}: no weights found in {path} (expected *.safetensors)")
     if not safe and not entry.allow_pickle:
         raise UnsafeCheckpointError(

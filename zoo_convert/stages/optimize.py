@@ -74,7 +74,7 @@ from ..errors import (
     is_our_bug,
     storage_fault,
 )
-from ..records import Settings, variant_files
+from ..records import STANDARD_FOLDER, Settings, variant_files
 from ..variants import REGISTRY, fp16, maker
 from ..verify.runtime import ort_session, session_for
 from . import Artifact, Check, Component, ExportedModel, Verified
@@ -144,6 +144,9 @@ _FUSED_OPS = (
     "MatMulNBits",
 )
 ORT = "ONNX Runtime"
+# The variants that get a graph of standard ONNX ops beside them when theirs holds contrib ops: the ones
+# ONNX Runtime's fusions touch (int8, uint8 and q4 are made from the plain export).
+STANDARD_VARIANTS = ("fp32", "fp16")
 
 
 def variant_file(component: str, variant: str) -> str:
@@ -162,12 +165,22 @@ class _Made:
     path: Path | None
     details: dict[str, Any] = field(default_factory=dict)
     verified: Verified | None = None
+    standard: Path | None = None
 
 
 def optimize(
-    exported: ExportedModel, variants: tuple[str, ...], settings: Settings, *, check: Check | None = None
+    exported: ExportedModel,
+    variants: tuple[str, ...],
+    settings: Settings,
+    *,
+    check: Check | None = None,
+    standard: bool = False,
 ) -> dict[str, Artifact]:
     """Build the requested variants of every component; fp32 failing raises, the others fail as data.
+
+    ``standard``: beside a variant whose graph holds ONNX Runtime's contrib ops, make its graph of standard
+    ONNX ops too (``onnx/standard/``); the pipeline asks for it only when a chosen target reads them (openvino):
+    at real size it is a second copy of the fp32 and fp16 weights.
 
     ``check`` (verify's ONNX Runtime side, ``verify.check``: no stage imports another) runs on
     each graph in the child that made it once the job's PyTorch references are computed;
@@ -177,7 +190,7 @@ def optimize(
     # Scratch on the artifacts' file system, so placing a variant is a rename.
     with tempfile.TemporaryDirectory(dir=exported.out_dir, prefix=".optimize-") as scratch:
         for component in exported.components:
-            made = _component(exported, component, variants, settings, Path(scratch), check)
+            made = _component(exported, component, variants, settings, Path(scratch), check, standard)
             for variant, part in made.items():
                 art = artifacts[variant]
                 art.details["components"][component.name] = part.details
@@ -190,6 +203,8 @@ def optimize(
                     art.details.setdefault("error", f"{variant} of {component.name}: {part.details['error']}")
                 else:
                     art.files[component.name] = part.path
+                    if part.standard is not None:
+                        art.standard[component.name] = part.standard
     for art in artifacts.values():
         if "error" in art.details:
             _discard(art)
@@ -203,9 +218,10 @@ def optimize(
 
 def _discard(art: Artifact) -> None:
     """Remove a failed variant's other components: half a variant would only mislead a loader."""
-    for path in art.files.values():
+    for path in (*art.files.values(), *art.standard.values()):
         onnx_graph.delete(path)
     art.files.clear()
+    art.standard.clear()
 
 
 def _component(
@@ -215,13 +231,14 @@ def _component(
     settings: Settings,
     scratch: Path,
     check: Check | None,
+    standard: bool = False,
 ) -> dict[str, _Made]:
     """All variants of one graph, each made in its own child; the plain export is replaced last."""
     plain = component.path
     external = onnx_graph.disk_size(plain) > settings.external_data_threshold
     made: dict[str, _Made] = {}
     final = {v: plain.with_name(variant_file(plain.stem, v)) for v in variants}  # a pipeline's unet/model_fp16.onnx
-    work = {v: scratch / component.name / v for v in (*variants, "fp32")}
+    work = {v: scratch / component.name / v for v in (*variants, "fp32", *(f"{v}-standard" for v in STANDARD_VARIANTS))}
     for folder in work.values():
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -259,7 +276,19 @@ def _component(
             retry.details["note"] = f"from the fp32 graph failed: {first}"
             made["fp16"] = retry
 
+    for variant in STANDARD_VARIANTS if standard else ():  # beside a graph with contrib ops, one of standard ops
+        if variant in made and made[variant].path is not None and made[variant].details.get("contrib_ops"):
+            out = work[f"{variant}-standard"] / final[variant].name
+            _add_standard(made[variant], _guarded(
+                variant, functools.partial(_standard, exported, component, variant, out, external, settings, check), settings
+            ), settings)  # fmt: skip
+
     # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
+    for variant in variants:
+        part = made[variant]
+        if part.standard is not None:  # first: it may be the plain export itself (a big model's fp32)
+            (plain.parent / STANDARD_FOLDER).mkdir(exist_ok=True)
+            part.standard = onnx_graph.move(part.standard, plain.parent / STANDARD_FOLDER / final[variant].name)
     for variant in variants:
         part = made[variant]
         if part.path is not None:
@@ -268,6 +297,56 @@ def _component(
         # No fp32 replaces the plain export: it goes back to the layout loaders expect.
         run_forked(lambda: onnx_graph.internalize(plain), timeout_s=settings.timeout_s)
     return made
+
+
+def _standard(
+    exported: ExportedModel, component: Component, variant: str, out: Path, external: bool, settings: Settings,
+    check: Check | None,
+) -> _Made:
+    """In the child: the variant made from the plain export without ONNX Runtime's fusions: standard ONNX ops only.
+
+    fp32 is the plain export itself, fp16 its float16 conversion (as a merged decoder's always is);
+    checked against PyTorch on ONNX Runtime like the shipped graph.
+    """
+    t0 = time.perf_counter()
+    plain = component.path
+    if variant == "fp32":
+        path = _as_final(plain, out, external)
+    else:
+        _save_fp16(plain, out, external)
+        path = out
+    contrib = _contrib(path)
+    if contrib:
+        raise OptimizeError(f"the plain export has ops outside ONNX's standard domains: {_ops(contrib)}")
+    return _timed(_Made(path, {"source": "plain export"}, _verified(exported, component, variant, path, settings, check)), t0)
+
+
+def _add_standard(part: _Made, standard: _Made, settings: Settings) -> None:
+    """Keep the standard graph beside the variant's when it could be made and matches PyTorch; say why not otherwise."""
+    found = standard.verified
+    if standard.path is not None and (found is None or found.passed):
+        part.standard = standard.path
+        part.details["standard"] = {**standard.details, "file": f"{STANDARD_FOLDER}/{standard.path.name}"}
+        return
+    if standard.path is not None:
+        onnx_graph.delete(standard.path)
+    why = standard.details.get("error") or (_mismatch(found, settings) if found is not None else "not made")
+    part.details["standard"] = {"error": why}
+
+
+def _contrib_details(path: Path) -> dict[str, dict[str, int]]:
+    """``contrib_ops`` for a variant's details, where its graph has any: a standard graph is then written beside it."""
+    found = _contrib(path)
+    return {"contrib_ops": found} if found else {}
+
+
+def _contrib(path: Path) -> dict[str, int]:
+    """Ops of a written graph outside ONNX's standard domains (ONNX Runtime's fusions), by ``domain.op_type``."""
+    return dict(sorted(onnx_graph.contrib_ops(onnx_graph.load(path).graph).items()))
+
+
+def _ops(census: dict[str, int]) -> str:
+    return ", ".join(f"{op} {n}" for op, n in census.items())
 
 
 def _guarded(variant: str, make: Callable[[], _Made], settings: Settings) -> _Made:
@@ -302,7 +381,8 @@ def _checked(
 ) -> _Made:
     """In the child: the graph ``make`` writes, opened in ONNX Runtime and checked against PyTorch when possible."""
     path, details = make()
-    return _Made(path, details, _verified(exported, component, variant, path, settings, check))
+    verified = _verified(exported, component, variant, path, settings, check)
+    return _Made(path, {**details, **_contrib_details(path)}, verified)
 
 
 def _verified(
@@ -313,6 +393,9 @@ def _verified(
     A graph ONNX Runtime cannot load is an OptimizeError (the variant cannot be made); one it
     loads but cannot run at some input is a Verified with that error.
     """
+    if _merged(component):
+        step("onnx", f"making {path.name}'s branch outputs portable")
+        onnx_graph.portable_branches(path)
     step(ORT, f"loading {path.name}")
     if check is None or not exported.cache.references_done:
         try:
@@ -408,7 +491,7 @@ def _fp32(
             continue
         if verified is None or verified.passed:
             kept = {"method": method, "fusion_applied": method == "transformers_optimizer", "fused_ops": gained}
-            return _timed(_Made(path, {**details, **kept, **_note(notes)}, verified), t0)
+            return _timed(_Made(path, {**details, **kept, **_note(notes), **_contrib_details(path)}, verified), t0)
         notes.append(f"{label}: {_mismatch(verified, settings)}")
     path = _as_final(plain, out, external)
     verified = _verified(exported, component, "fp32", path, settings, check)
@@ -542,7 +625,8 @@ def _fp16(
     try:
         kept = _save_fp16(source, out, external)
         details = {"source": f"fp32 ({fp32_method})", "io": "keep_io_types", "fp32_nodes": kept}
-        return _Made(out, details, _verified(exported, component, "fp16", out, settings, check))
+        verified = _verified(exported, component, "fp16", out, settings, check)
+        return _Made(out, {**details, **_contrib_details(out)}, verified)
     except Exception as exc:  # noqa: BLE001 - retried below from the plain export
         if is_our_bug(exc) or storage_fault(exc) is not None:
             raise

@@ -11,11 +11,12 @@ fails that target's rows, not the job. A variant ONNX Runtime failed is not run 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from .. import targets as registry
 from ..errors import first_line
 from .forked import run_forked, step
-from ..records import FAILED, NOT_RUN, ManifestEntry, Settings, TargetResult, VariantResult
+from ..records import FAILED, NOT_RUN, PASSED, ManifestEntry, Settings, TargetResult, VariantResult
 from ..targets import reference
 from ..targets.base import Target
 from . import Artifact, ExportedModel
@@ -33,20 +34,35 @@ def chosen(entry: ManifestEntry, settings: Settings) -> tuple[str, ...]:
     return registry.installed()
 
 
+def wants_standard(names: tuple[str, ...]) -> bool:
+    """Whether one of ``names`` reads a variant's graph of standard ONNX ops (the optimize stage then makes it)."""
+    return any(name in registry.names() and registry.get(name).standard_ops for name in names)
+
+
 def record_variants(exported: ExportedModel, artifacts: dict[str, Artifact]) -> None:
     """Write each made variant's graph files into the saved reference's manifest (before the folder's modes are set)."""
     if not reference.exists(exported.out_dir):
         return
-    made = {
-        v: {comp: str(path.relative_to(exported.out_dir)) for comp, path in a.files.items()}
-        for v, a in artifacts.items()
-        if "error" not in a.details
+    done = {v: a for v, a in artifacts.items() if "error" not in a.details}
+    made = {v: {comp: _rel(exported, path) for comp, path in a.files.items()} for v, a in done.items()}
+    # A variant's graphs of standard ONNX ops: its own where they hold no contrib op, else those written beside them.
+    standard = {
+        v: {comp: _rel(exported, a.standard.get(comp, path)) for comp, path in a.files.items()}
+        for v, a in done.items()
+        if all(comp in a.standard or not a.details["components"].get(comp, {}).get("contrib_ops") for comp in a.files)
     }
-    reference.add_variants(exported.out_dir, made)
+    reference.add_variants(exported.out_dir, made, standard)
 
 
-def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...]) -> list[TargetResult]:
-    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere."""
+def _rel(exported: ExportedModel, path: Path) -> str:
+    return str(path.relative_to(exported.out_dir))
+
+
+def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...], *,
+          timed: int = registry.TIMED_CALLS) -> list[TargetResult]:  # fmt: skip
+    """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere.
+
+    ``timed`` calls of each variant's first case give its ``latency_ms`` (0: None; docs/targets.md)."""
     if not names or not reference.exists(exported.out_dir):
         return []
     ref = reference.load(exported.out_dir)
@@ -65,11 +81,10 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
             continue
 
         def run(target: Target = target) -> list[TargetResult]:
-            found = []
-            for variant in runnable:
+            def doing(variant: str) -> None:
                 step(target.name, f"checking {variant}")
-                found.append(registry.check(target, ref, variant))
-            return found
+
+            return registry.check_variants(target, ref, runnable, timed=timed, doing=doing)
 
         try:
             rows += run_forked(run, timeout_s=TIMEOUT_S)
@@ -78,6 +93,40 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
             rows += [TargetResult(name, v, FAILED, version=target.version(), message=message) for v in runnable]
     order = {v.variant: i for i, v in enumerate(variants)}
     return sorted(rows, key=lambda r: (order.get(r.variant, 99), names.index(r.target) if r.target in names else 99))
+
+
+def time_alone(exported: ExportedModel, rows: list[TargetResult], *, calls: int = registry.TIMED_CALLS) -> list[TargetResult]:
+    """Each target's passed variants timed on the first saved case, in the job's latency phase; the rows with ``latency_ms``.
+
+    The checks ran beside the node's conversions untimed (``check(..., timed=0)``); here the node is the
+    job's alone (``forked.alone_on_node``), one forked child per target, every session on 1 thread: the
+    first call of the case warms it up, then ``calls`` timed calls give the median. A target that fails
+    to time leaves its rows without a latency.
+    """
+    passed: dict[str, list[str]] = {}
+    for r in rows:
+        if r.status == PASSED:
+            passed.setdefault(r.target, []).append(r.variant)
+    if not passed or not reference.exists(exported.out_dir):
+        return rows
+    ref = reference.load(exported.out_dir)
+    first = ref.cases[:1]
+    found: dict[tuple[str, str], float] = {}
+    for name, variants in passed.items():
+        target = registry.get(name)
+        files = {v: ref.files(v, standard=target.standard_ops) for v in variants}
+
+        def run(target: Target = target, files: dict[str, dict[str, Path]] = files) -> dict[str, float]:
+            step(target.name, "timing")
+            ran = target.run_variants(ref.folder, files, first, timed=calls)
+            return {v: round(float(sorted(r.seconds)[len(r.seconds) // 2]) * 1000, 4)
+                    for v, r in ran.items() if r.error is None and r.seconds}  # fmt: skip
+
+        try:
+            found.update({(name, v): ms for v, ms in run_forked(run, timeout_s=TIMEOUT_S).items()})
+        except Exception:  # noqa: BLE001 - an untimed target keeps its verdict, without a latency
+            continue
+    return [replace(r, latency_ms=found.get((r.target, r.variant))) for r in rows]
 
 
 def summary(rows: list[TargetResult]) -> dict[str, dict[str, int]]:

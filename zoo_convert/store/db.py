@@ -369,6 +369,7 @@ def target_rows(result: ConversionResult, *, run_id: str, job_key: str) -> list[
             "latency_ms": t.latency_ms,
             "providers": t.providers,
             "seconds": t.seconds,
+            "graph": t.graph,
         }
         for t in result.targets
     ]

@@ -464,6 +464,20 @@ ALTER TABLE verification ADD COLUMN bound_used DOUBLE;
 """
 
 
+# Which graph files a target ran (issue 32): a runtime other than ONNX Runtime is given a variant's graph
+# of standard ONNX ops (``onnx/standard/model.onnx``) where the shipped one holds ONNX Runtime's contrib ops.
+_TARGET_GRAPH = """
+ALTER TABLE target_results ADD COLUMN graph VARCHAR;
+
+CREATE OR REPLACE VIEW compat_by_target AS
+SELECT l.source, l.model_type, l.task, t.variant, t.target, t.target_version, t.status,
+    t.max_abs, t.min_cosine, t.latency_ms, t.providers, t.message,
+    l.status AS ort_status, l.exporter, coalesce(l.opset, l.opset_requested) AS opset, t.job_key, t.run_id, t.graph
+FROM target_results t
+JOIN latest_results l ON l.job_key = t.job_key AND l.run_id = t.run_id AND l.variant = t.variant;
+"""
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -486,6 +500,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "exporter used", _EXPORTER_USED),
     Migration(11, "deployment targets", _TARGETS),
     Migration(12, "verification.bound_used", _BOUND_USED),
+    Migration(13, "target graph", _TARGET_GRAPH),
 )
 
 SCHEMA_MIGRATIONS = """

@@ -14,13 +14,15 @@ returns a :class:`~zoo_convert.records.TargetResult`; a target never changes the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import MESSAGE_LIMIT, TargetError, TargetNotRun, TargetUnsupported, is_our_bug
 from ..records import FAILED, NOT_RUN, PASSED, UNSUPPORTED, OutputCheck, TargetResult, Tolerance
-from .base import Target
+from .base import Ran, Target
 from .reference import Reference, SavedCase, SavedOutput
 
 # Timed calls of a target's first case, after the checks warmed it up.
@@ -57,58 +59,79 @@ def check(target: Target, reference: Reference, variant: str, *, timed: int = TI
 
     A wrong output shape is a failure; an error the runtime raises is the row's message.
     """
+    return check_variants(target, reference, (variant,), timed=timed)[0]
+
+
+def check_variants(
+    target: Target,
+    reference: Reference,
+    variants: Sequence[str],
+    *,
+    timed: int = TIMED_CALLS,
+    doing: Callable[[str], None] | None = None,
+) -> list[TargetResult]:
+    """:func:`check` of each of ``variants``, one row each in their order, the runtime started once for them all
+    where it can (:meth:`~.base.Target.run_variants`). ``timed`` calls of the first case give ``latency_ms``
+    (0: not timed, None)."""
     t0 = time.perf_counter()
     version = target.version()
-    base = TargetResult(target=target.name, variant=variant, status=NOT_RUN, version=version)
-
-    def done(result: TargetResult) -> TargetResult:
-        message = result.message
-        if message is not None and len(message) > MESSAGE_LIMIT:
-            message = message[:MESSAGE_LIMIT] + " ..."
-        return TargetResult(**{**result.__dict__, "message": message, "seconds": round(time.perf_counter() - t0, 4)})
-
+    rows: dict[str, TargetResult] = {}
     why = target.unavailable()
-    if why is not None:
-        return done(TargetResult(**{**base.__dict__, "message": why}))
-    tol = reference.tolerances.get(variant)
-    files = reference.files(variant)
-    if tol is None or not files:
-        return done(TargetResult(**{**base.__dict__, "message": f"the saved reference has no {variant} graphs"}))
-    try:
-        loaded = target.load(reference.folder, variant, files)
-    except TargetError as exc:
-        return done(TargetResult(**{**base.__dict__, "status": _status(exc), "message": str(exc)}))
-    try:
-        answers, seconds = loaded.run_all(reference.cases, timed=timed)
-    except TargetError as exc:
-        return done(TargetResult(**{**base.__dict__, "status": _status(exc), "message": str(exc),
-                                    "providers": loaded.providers}))  # fmt: skip
-    finally:
-        loaded.close()
+    runnable: dict[str, dict[str, Path]] = {}
+    graphs: dict[str, str] = {}  # the graph files each variant ran: onnx/standard/ where the target reads standard ops
+    for variant in variants:
+        files = reference.files(variant, standard=target.standard_ops)
+        if why is not None:
+            rows[variant] = TargetResult(target.name, variant, NOT_RUN, version=version, message=why)
+        elif reference.tolerances.get(variant) is None or not files:
+            rows[variant] = TargetResult(target.name, variant, NOT_RUN, version=version,
+                                         message=f"the saved reference has no {variant} graphs")  # fmt: skip
+        else:
+            runnable[variant] = files
+            graphs[variant] = ",".join(str(p.relative_to(reference.folder)) for p in files.values())
+    spent = time.perf_counter() - t0
+    ran = target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing) if runnable else {}
+    for variant, run in ran.items():
+        t1 = time.perf_counter()
+        row = _judged(target.name, version, variant, run, reference, reference.tolerances[variant])
+        rows[variant] = replace(row, seconds=round(run.elapsed + time.perf_counter() - t1, 4), graph=graphs[variant])
+    first = variants[0] if variants else None
+    out = []
+    for variant in variants:
+        row = rows[variant]
+        if row.message is not None and len(row.message) > MESSAGE_LIMIT:
+            row = replace(row, message=row.message[:MESSAGE_LIMIT] + " ...")
+        if row.seconds is None or variant == first:  # the first row carries what the rows share
+            row = replace(row, seconds=round((row.seconds or 0.0) + spent, 4))
+        out.append(row)
+    return out
+
+
+def _judged(name: str, version: str | None, variant: str, run: Ran, reference: Reference, tol: Tolerance) -> TargetResult:
+    """One variant's row from what the target answered."""
+    base = TargetResult(target=name, variant=variant, status=NOT_RUN, version=version, providers=run.providers)
+    if run.error is not None:
+        return replace(base, status=_status(run.error), message=str(run.error))
     checks: list[OutputCheck] = []
     errors: list[str] = []
-    for case, answer in zip(reference.cases, answers, strict=True):
+    for case, answer in zip(reference.cases, run.answers, strict=True):
         if isinstance(answer, TargetNotRun):
-            return done(TargetResult(**{**base.__dict__, "message": str(answer), "providers": loaded.providers}))
+            return replace(base, message=str(answer))
         if isinstance(answer, TargetError):
             errors.append(f"{case.component} at {case.label}: {answer}")
             continue
         checks += [compare_saved(case, out, answer.get(out.name), tol) for out in case.outputs]
-    latency = round(float(np.median(seconds)) * 1000, 4) if seconds else None
-    numbers = {
-        "max_abs": max((c.max_abs for c in checks), default=None),
-        "min_cosine": min((c.cosine for c in checks), default=None),
-    }
+    latency = round(float(np.median(run.seconds)) * 1000, 4) if run.seconds else None
     failed = [c for c in checks if not c.passed]
     if errors:
-        status, message = FAILED, f"{target.name} failed on {'; '.join(errors)}"
+        status, message = FAILED, f"{name} failed on {'; '.join(errors)}"
     elif failed:
         status, message = FAILED, _worst(failed, tol)
     else:
         status, message = PASSED, None
-    return done(TargetResult(target=target.name, variant=variant, status=status, version=version, message=message,
-                             latency_ms=latency, providers=loaded.providers, checks=tuple(checks),
-                             **numbers))  # fmt: skip
+    return replace(base, status=status, message=message, latency_ms=latency, checks=tuple(checks),
+                   max_abs=max((c.max_abs for c in checks), default=None),
+                   min_cosine=min((c.cosine for c in checks), default=None))  # fmt: skip
 
 
 def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol: Tolerance) -> OutputCheck:
@@ -152,7 +175,7 @@ def check_folder(folder: Path, target: str, variants: tuple[str, ...] | None = N
     """Every variant (or those asked) of an artifact folder on one target, from its saved reference."""
     reference = _load(folder)
     chosen = variants or tuple(reference.variants)
-    return [check(get(target), reference, v) for v in chosen]
+    return check_variants(get(target), reference, chosen)
 
 
 def _load(folder: Path) -> Reference:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +67,40 @@ class Loaded(ABC):
         """Free the runtime's sessions."""
 
 
+@dataclass
+class Ran:
+    """What one variant's run on a target gave: every case's answer, or the error that stopped them all.
+
+    Attributes:
+        answers: one per case, its outputs or the runtime's error on it (empty when ``error`` is set).
+        error: the error that stopped the variant (loading it, or the runtime as a whole), else None.
+        seconds: the timed calls of the first case (empty when not timed).
+        providers: what really ran it (see :attr:`Loaded.providers`).
+        elapsed: seconds this variant took here (loading, running, timing); the first variant of a
+            :meth:`Target.run_variants` that shares a process start carries that start.
+    """
+
+    answers: list[Outputs | TargetError] = field(default_factory=list)
+    error: TargetError | None = None
+    seconds: list[float] = field(default_factory=list)
+    providers: str | None = None
+    elapsed: float = 0.0
+
+
 class Target(ABC):
     """A runtime a variant can be deployed on.
 
     Attributes:
         name: the registered name (``--targets``, the manifest's ``targets`` column, the record).
         gpu: it needs a GPU (scheduled only on GPU nodes; never "installed" on a CPU node).
+        standard_ops: it is given a variant's graphs of standard ONNX ops where the folder records
+            them (``reference.standard``), not ONNX Runtime's fused ones: a runtime other than ONNX
+            Runtime, which has no kernels for its contrib ops.
     """
 
     name: str = ""
     gpu: bool = False
+    standard_ops: bool = False
 
     @abstractmethod
     def version(self) -> str | None:
@@ -85,9 +110,48 @@ class Target(ABC):
         """Why it cannot run on this node, or None when it can."""
         return None if self.version() is not None else f"{self.name} is not installed on this node"
 
+    def preload(self) -> None:  # noqa: B027 - most runtimes cost nothing to import, or are imported anyway
+        """Import the runtime in a process that will fork the checks (the farm's fork server), so no check pays it.
+
+        Only what is safe to fork: modules, no session, no thread pool in use."""
+
     @abstractmethod
     def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
         """``variant``'s graphs (component -> file) of the artifact folder ``folder``, ready to run."""
+
+    def run_variants(
+        self,
+        folder: Path,
+        variants: Mapping[str, dict[str, Path]],
+        cases: Sequence[SavedCase],
+        *,
+        timed: int = 0,
+        doing: Callable[[str], None] | None = None,
+    ) -> dict[str, Ran]:
+        """Every case on each variant (variant -> its graph files), one variant loaded at a time.
+
+        A target whose runtime costs a process start overrides this to pay it once for them all
+        (transformers.js: one node process per job). ``doing`` hears which variant runs now.
+        """
+        ran: dict[str, Ran] = {}
+        for variant, files in variants.items():
+            if doing is not None:
+                doing(variant)
+            t0 = time.perf_counter()
+            try:
+                loaded = self.load(folder, variant, files)
+            except TargetError as exc:
+                ran[variant] = Ran(error=exc, elapsed=time.perf_counter() - t0)
+                continue
+            try:
+                answers, seconds = loaded.run_all(cases, timed=timed)
+                ran[variant] = Ran(answers, None, seconds, loaded.providers)
+            except TargetError as exc:
+                ran[variant] = Ran(error=exc, providers=loaded.providers)
+            finally:
+                loaded.close()
+            ran[variant].elapsed = time.perf_counter() - t0
+        return ran
 
 
 def graph_input_types(path: Path) -> dict[str, Any]:

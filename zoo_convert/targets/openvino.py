@@ -62,6 +62,7 @@ class OpenVINO(Target):
     """OpenVINO's CPU plugin, reading the ONNX graphs with its ONNX frontend."""
 
     name = "openvino"
+    standard_ops = True  # ONNX Runtime's contrib ops (FusedMatMul, QuickGelu, ...) translate badly or not at all
 
     def version(self) -> str | None:
         try:
@@ -70,6 +71,11 @@ class OpenVINO(Target):
             return version("openvino")
         except Exception:  # noqa: BLE001 - not installed
             return None
+
+    def preload(self) -> None:
+        # ~0.2 CPU s (0.6-1 s on a busy 2-core node) a job's openvino child would otherwise pay. Forking after
+        # it is safe: the children compile and run with their own pools (tests/targets/test_cost.py).
+        import openvino  # noqa: F401
 
     def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
         import openvino as ov

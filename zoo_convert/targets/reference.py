@@ -88,6 +88,9 @@ class Reference:
         folder: the artifact folder (holding ``reference/``).
         tolerances: variant -> the tolerance the farm judged it at.
         variants: variant -> component -> graph file relative to ``folder``.
+        standard: variant -> component -> its graph of standard ONNX ops only (the same file as
+            ``variants``' where that holds no contrib op); absent for a variant that has none, and
+            in folders saved before it was recorded.
         cases: every saved case, in verify's order.
         model_type / task: of the checkpoint, as the record has them.
     """
@@ -99,10 +102,12 @@ class Reference:
     model_type: str | None = None
     task: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    standard: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def files(self, variant: str) -> dict[str, Path]:
-        """component -> graph path of ``variant`` in this folder."""
-        return {comp: self.folder / rel for comp, rel in self.variants.get(variant, {}).items()}
+    def files(self, variant: str, *, standard: bool = False) -> dict[str, Path]:
+        """component -> graph path of ``variant`` in this folder; ``standard``: its standard-ops graphs where recorded."""
+        chosen = self.standard.get(variant) if standard else None
+        return {comp: self.folder / rel for comp, rel in (chosen or self.variants.get(variant, {})).items()}
 
 
 def save(
@@ -155,11 +160,17 @@ def save(
     return total + len(text)
 
 
-def add_variants(folder: Path, variants: dict[str, dict[str, str]]) -> None:
-    """Record each made variant's graph files (component -> path relative to ``folder``) in the manifest."""
+def add_variants(folder: Path, variants: dict[str, dict[str, str]], standard: dict[str, dict[str, str]] | None = None) -> None:
+    """Record each made variant's graph files (component -> path relative to ``folder``) in the manifest.
+
+    ``standard``: per variant, the graphs of standard ONNX ops computing the same (the variant's own
+    where they hold no contrib op, else those under ``standard/``); a variant not there has none.
+    """
     path = Path(folder) / FOLDER / MANIFEST
     manifest = json.loads(path.read_text())
     manifest["variants"] = {**manifest.get("variants", {}), **variants}
+    if standard is not None:
+        manifest["standard"] = {**manifest.get("standard", {}), **standard}
     path.write_text(json.dumps(manifest, indent=1))
 
 
@@ -196,7 +207,7 @@ def load(folder: Path) -> Reference:
         for v, t in manifest["tolerances"].items()
     }
     return Reference(folder, tolerances, manifest.get("variants", {}), tuple(cases),
-                     manifest.get("model_type"), manifest.get("task"))  # fmt: skip
+                     manifest.get("model_type"), manifest.get("task"), standard=manifest.get("standard", {}))  # fmt: skip
 
 
 def size_bytes(folder: Path) -> int:

@@ -1,24 +1,38 @@
-// Runs saved reference cases in the real transformers.js (node), on the sessions it loads for a folder and dtype.
-// Usage: node transformers_js.mjs NODE_MODULES JOB.json. JOB: {"root", "model" (folder name under root), "dtype",
-//   "cases": [{"inputs": [{name, type, dims, file}], "outputs": [names]}], "timed": n, "out": folder for outputs}.
-// Prints JSON: {"unsupported": msg} | {"error": msg} | {"sessions": {...}, "cases": [{"outputs": [...]} | {"error"}],
-//   "seconds": [...]}. Each output is written raw (little-endian) to OUT/case-N-M.bin.
+// Runs saved reference cases in the real transformers.js (node), on the sessions it loads for a folder, for every
+// dtype asked: one node process per job, transformers.js imported and the config read once.
+// Usage: node transformers_js.mjs NODE_MODULES JOB.json. JOB: {"root", "model" (folder name under root),
+//   "variants": [{"variant", "dtype", "cases": [{"inputs": [{name, type, dims, file}], "outputs": [names]}], "timed": n,
+//   "out": folder for its outputs}]}.
+// Prints JSON: {"unsupported": msg} | {"error": msg} | {"ms": {"import", "config"}, "variants": [{"error": msg, "ms"} |
+//   {"sessions": {...}, "cases": [{"outputs": [...]} | {"error"}], "seconds": [...], "ms": {"load", "cases", "timed"}}]},
+// the variants in the job's order. Each output is written raw (little-endian) to OUT/case-N-M.bin.
+// node transformers_js.mjs NODE_MODULES --known: prints the model types it has an architecture for, as a JSON list.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const [modules, jobPath] = process.argv.slice(2);
-const job = JSON.parse(readFileSync(jobPath, "utf8"));
+const job = jobPath === "--known" ? { root: "." } : JSON.parse(readFileSync(jobPath, "utf8"));
+let clock = performance.now();
+const lap = () => {
+  const now = performance.now();
+  const ms = now - clock;
+  clock = now;
+  return Math.round(ms * 10) / 10;
+};
 const tf = await import(pathToFileURL(join(modules, "@huggingface/transformers/dist/transformers.node.mjs")).href);
 const { env, AutoConfig, AutoModel, Tensor } = tf;
 env.allowRemoteModels = false; // local folders only: a missing file must fail, not be fetched
 env.localModelPath = job.root;
 env.useFSCache = false;
+const imported = lap();
 
 const ARRAYS = {
   float32: Float32Array, float16: Uint16Array, float64: Float64Array, int64: BigInt64Array, int32: Int32Array,
   int8: Int8Array, uint8: Uint8Array, bool: Uint8Array,
 };
+// One inference thread per session, as the other targets' (ONNX Runtime's default pool spin-waits on every core).
+const SESSION_OPTIONS = { intraOpNumThreads: 1, interOpNumThreads: 1 };
 
 function tensor(spec) {
   const buf = readFileSync(spec.file);
@@ -33,22 +47,21 @@ function known(modelType) {
   );
 }
 
-async function main() {
-  let config;
-  try {
-    config = await AutoConfig.from_pretrained(job.model);
-  } catch (e) {
-    return { unsupported: `transformers.js cannot read the folder's config.json: ${e.message ?? e}` };
-  }
-  if (!known(config.model_type)) {
-    return { unsupported: `transformers.js ${tf.env.version} has no architecture for model type "${config.model_type}"` };
-  }
+function knownTypes() {
+  const types = new Set();
+  for (const m of AutoModel.MODEL_CLASS_MAPPINGS) for (const [key, cls] of m) types.add(key).add(cls[0]);
+  return [...types].sort();
+}
+
+async function variant(v) {
+  lap();
   let model;
   try {
-    model = await AutoModel.from_pretrained(job.model, { dtype: job.dtype, device: "cpu" });
+    model = await AutoModel.from_pretrained(job.model, { dtype: v.dtype, device: "cpu", session_options: SESSION_OPTIONS });
   } catch (e) {
-    return { error: `transformers.js could not load the ${job.dtype} model: ${e.message ?? e}` };
+    return { error: `transformers.js could not load the ${v.dtype} model: ${e.message ?? e}`, ms: { load: lap() } };
   }
+  const ms = { load: lap() };
   const sessions = Object.entries(model.sessions);
   const loaded = Object.fromEntries(sessions.map(([k, s]) => [k, { inputs: s.inputNames, outputs: s.outputNames }]));
   const pick = (c) =>
@@ -61,13 +74,13 @@ async function main() {
     return await session.run(feeds);
   };
   const cases = [];
-  for (const [n, c] of job.cases.entries()) {
+  for (const [n, c] of v.cases.entries()) {
     c.feed = c.inputs.map((i) => i.name);
     try {
       const result = await run(c);
       const outputs = c.outputs.filter((name) => name in result).map((name, m) => {
         const t = result[name];
-        const file = join(job.out, `case-${n}-${m}.bin`);
+        const file = join(v.out, `case-${n}-${m}.bin`);
         writeFileSync(file, Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength));
         return { name, type: t.type, dims: Array.from(t.dims, Number), file };
       });
@@ -76,16 +89,34 @@ async function main() {
       cases.push({ error: String(e && e.message ? e.message : e) });
     }
   }
+  ms.cases = lap();
   const seconds = [];
-  if (job.cases.length && !cases[0].error) {
-    for (let i = 0; i < job.timed; i++) {
+  if (v.cases.length && !cases[0].error) {
+    for (let i = 0; i < v.timed; i++) {
       const t0 = performance.now();
-      await run(job.cases[0]);
+      await run(v.cases[0]);
       seconds.push((performance.now() - t0) / 1000);
     }
   }
+  ms.timed = lap();
   await model.dispose();
-  return { sessions: loaded, cases, seconds };
+  return { sessions: loaded, cases, seconds, ms };
 }
 
-process.stdout.write(JSON.stringify(await main()));
+async function main() {
+  let config;
+  try {
+    config = await AutoConfig.from_pretrained(job.model);
+  } catch (e) {
+    return { unsupported: `transformers.js cannot read the folder's config.json: ${e.message ?? e}` };
+  }
+  if (!known(config.model_type)) {
+    return { unsupported: `transformers.js ${tf.env.version} has no architecture for model type "${config.model_type}"` };
+  }
+  const ms = { import: imported, config: lap() };
+  const variants = [];
+  for (const v of job.variants) variants.push(await variant(v));
+  return { ms, variants };
+}
+
+process.stdout.write(JSON.stringify(jobPath === "--known" ? knownTypes() : await main()));

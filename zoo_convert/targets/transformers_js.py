@@ -14,6 +14,8 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from ..errors import TargetError, TargetUnsupported
 from ..records import JS_DTYPES
-from .base import Loaded, Outputs, cast_feed, graph_input_types
+from .base import Loaded, Outputs, Ran, cast_feed, graph_input_types
 from .base import Target as Target
 from .reference import SavedCase
 
@@ -33,17 +35,18 @@ _TYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "
           "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}  # fmt: skip
 _JS_TYPE = {np.dtype(v).name: k for k, v in _TYPES.items()}
 TIMEOUT_S = 600.0
+PROVIDERS = "onnxruntime-node (cpu, 1 thread)"
 
 
 class JsLoaded(Loaded):
-    """A folder and dtype for one node process that loads them and runs every case (node starts once per variant)."""
+    """One variant of a folder, run by :meth:`TransformersJs.run_variants` (a node process per call)."""
 
     def __init__(self, target: TransformersJs, folder: Path, variant: str, files: dict[str, Path]) -> None:
         self.target = target
         self.folder = folder
-        self.dtype = JS_DTYPES[variant][0]
-        self.types = {comp: graph_input_types(path) for comp, path in files.items()}
-        self.providers = "onnxruntime-node (cpu)"
+        self.variant = variant
+        self.files = files
+        self.providers = PROVIDERS
 
     def run(self, case: SavedCase) -> Outputs:
         answers, _ = self.run_all([case])
@@ -52,40 +55,56 @@ class JsLoaded(Loaded):
             raise answer
         return answer
 
-    def run_all(self, cases: Any, *, timed: int = 0) -> tuple[list[Outputs | TargetError], list[float]]:
-        with tempfile.TemporaryDirectory(prefix="zoo-js-") as tmp:
-            work = Path(tmp)
-            (work / "models").mkdir()
-            (work / "models" / "model").symlink_to(self.folder.resolve())
-            specs = []
-            for n, case in enumerate(cases):
-                types = self.types.get(case.component)
-                if types is None:
-                    specs.append({"inputs": [], "outputs": [o.name for o in case.outputs]})
-                    continue
-                inputs: list[dict[str, Any]] = []
-                for name, value in cast_feed(case.feed, types, case.component).items():
-                    value = np.asarray(value, order="C")  # ascontiguousarray would make a scalar 1-d
-                    file = work / f"in-{n}-{len(inputs)}.bin"
+    def run_all(self, cases: Sequence[SavedCase], *, timed: int = 0) -> tuple[list[Outputs | TargetError], list[float]]:
+        ran = self.target.run_variants(self.folder, {self.variant: self.files}, cases, timed=timed)[self.variant]
+        if ran.error is not None:
+            raise ran.error
+        return ran.answers, ran.seconds
+
+
+def _job(work: Path, folder: Path, variants: Mapping[str, dict[str, Path]], cases: Sequence[SavedCase],
+         timed: int) -> dict[str, Any]:  # fmt: skip
+    """The runner's job: each variant's dtype and cases, their inputs written once per (case, input, dtype)."""
+    (work / "models").mkdir()
+    (work / "models" / "model").symlink_to(folder.resolve())
+    written: dict[tuple[int, str, str], str] = {}
+    jobs: list[dict[str, Any]] = []
+    for variant, files in variants.items():
+        types = {comp: graph_input_types(path) for comp, path in files.items()}
+        out = work / f"out-{len(jobs)}"
+        out.mkdir()
+        specs: list[dict[str, Any]] = []
+        for n, case in enumerate(cases):
+            comp_types = types.get(case.component)
+            if comp_types is None:
+                specs.append({"inputs": [], "outputs": [o.name for o in case.outputs]})
+                continue
+            inputs: list[dict[str, Any]] = []
+            for name, value in cast_feed(case.feed, comp_types, case.component).items():
+                value = np.asarray(value, order="C")  # ascontiguousarray would make a scalar 1-d
+                key = (n, name, value.dtype.name)
+                if key not in written:
+                    file = work / f"in-{len(written)}.bin"
                     file.write_bytes(value.astype(np.uint8).tobytes() if value.dtype == np.bool_ else value.tobytes())
-                    inputs.append({"name": name, "type": _JS_TYPE[value.dtype.name], "dims": list(value.shape),
-                                   "file": str(file)})  # fmt: skip
-                specs.append({"inputs": inputs, "outputs": [o.name for o in case.outputs]})
-            job = {"root": f"{work / 'models'}/", "model": "model", "dtype": self.dtype, "cases": specs,
-                   "timed": timed, "out": str(work)}  # fmt: skip
-            (work / "job.json").write_text(json.dumps(job))
-            answer = self.target.node_run(work / "job.json")
-            if "unsupported" in answer:
-                raise TargetUnsupported(answer["unsupported"])
-            if "error" in answer:
-                raise TargetError(answer["error"])
-            found: list[Outputs | TargetError] = []
-            for case_answer in answer["cases"]:
-                if "error" in case_answer:
-                    found.append(TargetError(f"transformers.js: {case_answer['error']}"))
-                    continue
-                found.append({o["name"]: _read(o) for o in case_answer["outputs"]})
-            return found, [float(s) for s in answer.get("seconds", [])]
+                    written[key] = str(file)
+                inputs.append({"name": name, "type": _JS_TYPE[value.dtype.name], "dims": list(value.shape),
+                               "file": written[key]})  # fmt: skip
+            specs.append({"inputs": inputs, "outputs": [o.name for o in case.outputs]})
+        jobs.append({"variant": variant, "dtype": JS_DTYPES[variant][0], "cases": specs, "timed": timed, "out": str(out)})
+    return {"root": f"{work / 'models'}/", "model": "model", "variants": jobs}
+
+
+def _ran(answer: dict[str, Any], elapsed: float) -> Ran:
+    """One variant's part of the runner's answer."""
+    if "error" in answer:
+        return Ran(error=TargetError(answer["error"]), providers=PROVIDERS, elapsed=elapsed)
+    found: list[Outputs | TargetError] = []
+    for case_answer in answer["cases"]:
+        if "error" in case_answer:
+            found.append(TargetError(f"transformers.js: {case_answer['error']}"))
+            continue
+        found.append({o["name"]: _read(o) for o in case_answer["outputs"]})
+    return Ran(found, None, [float(s) for s in answer.get("seconds", [])], PROVIDERS, elapsed)
 
 
 def _read(spec: dict[str, Any]) -> np.ndarray:
@@ -100,6 +119,33 @@ class TransformersJs(Target):
 
     def __init__(self, node_modules: Path = NODE_MODULES) -> None:
         self.node_modules = Path(node_modules)
+        # The model types transformers.js has an architecture for, once :meth:`preload` asked node (None: not asked).
+        self.known: frozenset[str] | None = None
+
+    def preload(self) -> None:
+        """Ask node once for the model types transformers.js knows (its runner's own test), so a job whose model
+        it has no architecture for is ``unsupported`` without starting node (39 of the 138 zoo models)."""
+        node = shutil.which("node")
+        if node is None or self.version() is None:
+            return
+        try:
+            done = subprocess.run([node, str(RUNNER), str(self.node_modules), "--known"], capture_output=True, text=True,
+                                  timeout=TIMEOUT_S, check=True)  # fmt: skip
+            self.known = frozenset(json.loads(done.stdout))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            self.known = None  # every job asks node itself, as without the preload
+
+    def unknown(self, folder: Path) -> str | None:
+        """The runner's "no architecture" answer for the folder's model type, when :attr:`known` already says so."""
+        if self.known is None:
+            return None
+        try:
+            model_type = json.loads((Path(folder) / "config.json").read_text()).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None  # node reads the config itself and says what is wrong with it
+        if not isinstance(model_type, str) or model_type in self.known:
+            return None
+        return f'transformers.js {self.version()} has no architecture for model type "{model_type}"'
 
     def _package(self) -> Path:
         return self.node_modules / PACKAGE
@@ -121,6 +167,44 @@ class TransformersJs(Target):
         if variant not in JS_DTYPES:
             raise TargetUnsupported(f"transformers.js has no dtype for variant {variant!r}")
         return JsLoaded(self, Path(folder), variant, files)
+
+    def run_variants(
+        self,
+        folder: Path,
+        variants: Mapping[str, dict[str, Path]],
+        cases: Sequence[SavedCase],
+        *,
+        timed: int = 0,
+        doing: Callable[[str], None] | None = None,
+    ) -> dict[str, Ran]:
+        """Every variant in one node process: node starts, imports transformers.js and reads the config once per job,
+        then loads each dtype in turn. The process start is in the first variant's ``elapsed``."""
+        ran = {v: Ran(error=TargetUnsupported(f"transformers.js has no dtype for variant {v!r}"))
+               for v in variants if v not in JS_DTYPES}  # fmt: skip
+        known = {v: files for v, files in variants.items() if v in JS_DTYPES}
+        if not known:
+            return ran
+        unknown = self.unknown(folder)
+        if unknown is not None:
+            return {**ran, **{v: Ran(error=TargetUnsupported(unknown), providers=PROVIDERS) for v in known}}
+        if doing is not None:
+            doing(",".join(known))
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="zoo-js-") as tmp:
+            work = Path(tmp)
+            (work / "job.json").write_text(json.dumps(_job(work, Path(folder), known, cases, timed)))
+            try:
+                answer = self.node_run(work / "job.json")
+            except TargetError as exc:
+                return {**ran, **{v: Ran(error=exc, providers=PROVIDERS, elapsed=time.perf_counter() - t0) for v in known}}
+            if "unsupported" in answer or "error" in answer:
+                error = TargetUnsupported(answer["unsupported"]) if "unsupported" in answer else TargetError(answer["error"])
+                return {**ran, **{v: Ran(error=error, providers=PROVIDERS) for v in known}}
+            shared = time.perf_counter() - t0 - sum(sum(a.get("ms", {}).values()) for a in answer["variants"]) / 1000
+            for n, (variant, part) in enumerate(zip(known, answer["variants"], strict=True)):
+                own = sum(part.get("ms", {}).values()) / 1000
+                ran[variant] = _ran(part, own + (shared if n == 0 else 0.0))
+        return {v: ran[v] for v in variants}
 
     def node_run(self, job: Path) -> dict[str, Any]:
         node = shutil.which("node")

@@ -118,6 +118,7 @@ def cases(
     *,
     audio_samples: int,
     reference: bool = True,
+    encoded: Case | None = None,
 ) -> dict[Branch, Case]:
     """Inputs and PyTorch outputs of ``comp`` at one shape, one Case per branch (memoized by the shape as fed).
 
@@ -125,11 +126,17 @@ def cases(
     a filterbank model's extractor makes of them (:mod:`zoo_convert.verify.shapes`).
     ``reference=False``: the inputs alone (the benchmark's), with no PyTorch forward and an
     empty ``Case.reference``; a case already computed with its reference serves as well.
+    ``encoded``: the encoder's case (with its reference) that a decoder ``comp`` is fed from, as
+    a user's pipeline feeds it (:func:`_use_encoded`); without it the decoder's encoder side is
+    generated at ``seq`` (verify's toy shapes).
     """
     config = comp.onnx_config
     if config is None:
         raise VerifyError(f"component {comp.name} carries no OnnxConfig to generate inputs from")
     kwargs = shape_kwargs(exported.checkpoint.path, config, batch, seq, audio_samples)
+    if encoded is not None:
+        # The cross-attention cache is as long as what the encoder made (optimum's generator takes it).
+        kwargs["encoder_sequence_length"] = encoder_length(encoded)
     # What the user fixed beyond batch, length and audio samples (image size, channels, ...) wins at every shape.
     kwargs.update({k: v for k, v in settings.shapes.items()
                    if k not in ("batch_size", "sequence_length", "audio_sequence_length")})  # fmt: skip
@@ -149,7 +156,7 @@ def cases(
             raise RuntimeError(f"the PyTorch reference of {comp.name} at {key[1:]} was not computed in advance")
         try:
             memo[key] = {
-                branch: _make_case(exported, comp, branch_config, branch, outputs, kwargs, settings, reference)
+                branch: _make_case(exported, comp, branch_config, branch, outputs, kwargs, settings, reference, encoded)
                 for branch, branch_config, outputs in _branches(config)
             }
         except Exception as exc:
@@ -213,6 +220,7 @@ def _make_case(
     kwargs: dict[str, int],
     settings: Settings,
     reference: bool = True,
+    encoded: Case | None = None,
 ) -> Case:
     result = None
     # The first case of a component runs PyTorch twice: a forward that differs from itself samples.
@@ -224,6 +232,8 @@ def _make_case(
         _use_timm_images(exported, inputs)
         diffusion.use_pipeline_inputs(comp.model_type, inputs, kwargs["height"], kwargs["width"])
         _user_masks(exported, inputs)
+        if encoded is not None:
+            _use_encoded(inputs, encoded)
         torch_inputs = config.rename_ambiguous_inputs(copy.deepcopy(inputs))
         if reference:
             result = _forward(comp, config, torch_inputs, label, settings)
@@ -241,6 +251,45 @@ def _make_case(
             exported.cache.unrepeatable[comp.name] = differ
     keep = {name: k for name in outputs if name in found and (k := _kept(config, name, found[name], feed)) is not None}
     return Case(label, branch, torch_inputs, feed, found, outputs, config, keep)
+
+
+# The encoder's output a decoder is fed, by the name optimum's decoder configs give it.
+ENCODER_OUTPUT_INPUTS = ("encoder_outputs", "encoder_hidden_states")
+
+
+def audio_encoder(config: OnnxConfig) -> bool:
+    """Whether a component is an encoder fed audio alone (whisper's, speech_to_text's, moonshine's)."""
+    return shapes.audio_input(config) is not None and not shapes.has_text(config)
+
+
+def encoder_length(encoded: Case) -> int:
+    """How long the encoder's output is in its case: the frames (patches, tokens) a decoder attends to."""
+    hidden = encoded.reference.get("last_hidden_state")
+    if hidden is None or hidden.ndim != 3:
+        raise VerifyError(f"the encoder's case {encoded.label} has no last_hidden_state to feed a decoder with")
+    return int(hidden.shape[1])
+
+
+def _use_encoded(inputs: dict[str, Any], encoded: Case) -> None:
+    """A decoder's encoder side as a user's pipeline feeds it (optimum's ORTModelForSpeechSeq2Seq, generate).
+
+    The encoder's output on the encoder's case in place of optimum's random hidden states as long
+    as the decoder's tokens, and the encoder's own attention mask as the decoder's: what it counts
+    (moonshine: samples, speech_to_text: filterbank frames) is what the decoder graph downsamples.
+    """
+    import torch
+
+    encoder_length(encoded)  # says so where the encoder's case has no output to feed
+    hidden = torch.from_numpy(encoded.reference["last_hidden_state"].copy())
+    for name in ENCODER_OUTPUT_INPUTS:
+        value = inputs.get(name)
+        if isinstance(value, (list, tuple)) and value:
+            inputs[name] = type(value)([hidden.to(value[0].dtype), *value[1:]])
+        elif isinstance(value, torch.Tensor):
+            inputs[name] = hidden.to(value.dtype)
+    mask = encoded.torch_inputs.get("attention_mask")
+    if "attention_mask" in inputs and mask is not None:
+        inputs["attention_mask"] = mask.clone()
 
 
 def _same(a: np.ndarray, b: np.ndarray | None) -> bool:

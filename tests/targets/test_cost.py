@@ -1,0 +1,92 @@
+"""What the target step pays per job, by count (never by the clock: timings are benchmarks/bench_targets.py's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from zoo_convert import targets
+from zoo_convert.records import ConversionResult, VariantResult
+from zoo_convert.stages import target as stage
+from zoo_convert.targets import reference
+from zoo_convert.targets.openvino import OpenVINO
+from zoo_convert.targets.transformers_js import TransformersJs
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _passed(folder: Path) -> list[VariantResult]:
+    return [VariantResult(variant=v, status="passed") for v in reference.load(folder).variants]
+
+
+def test_transformers_js_starts_node_once_per_job_for_every_variant(folders: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Node, transformers.js's import and the config read are paid once per job, not once per dtype."""
+    starts = tmp_path / "node-starts"
+    real = TransformersJs.node_run
+
+    def counted(self: TransformersJs, job: Path) -> dict[str, Any]:
+        with starts.open("a") as f:  # the stage runs the target in a forked child: count in a file
+            f.write(f"{job}\n")
+        return real(self, job)
+
+    monkeypatch.setattr(TransformersJs, "node_run", counted)
+    exported = SimpleNamespace(out_dir=folders["bert"])
+    rows = stage.check(exported, _passed(folders["bert"]), ("transformers.js",))  # type: ignore[arg-type]
+    assert [(r.variant, r.status) for r in rows] == [("fp32", "passed"), ("fp16", "passed"), ("int8", "passed")], rows
+    assert len(starts.read_text().splitlines()) == 1
+    assert all(r.seconds is not None and r.seconds > 0 for r in rows)
+
+
+def test_one_node_process_keeps_each_variants_own_verdict(folders: dict[str, Path]) -> None:
+    """A dtype transformers.js has no files for fails alone; the others in the same process still pass."""
+    ref = reference.load(folders["bert"])
+    broken = reference.Reference(ref.folder, {**ref.tolerances, "q4": ref.tolerances["int8"]},
+                                 {**ref.variants, "q4": ref.variants["int8"]}, ref.cases)  # fmt: skip
+    rows = targets.check_variants(targets.get("transformers.js"), broken, ("fp32", "q4", "int8"), timed=0)
+    status = {r.variant: r.status for r in rows}
+    assert status["fp32"] == status["int8"] == "passed", rows
+    assert status["q4"] == "failed" and "q4" in (rows[1].message or ""), rows[1]
+
+
+def test_a_check_asked_for_no_timed_calls_records_no_latency(folders: dict[str, Path]) -> None:
+    """``timed=0`` (what a latency phase elsewhere would ask for): no timed call, no latency; the verdict stands."""
+    rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("ort-cpu",), timed=0)  # type: ignore[arg-type]
+    assert [r.status for r in rows] == ["passed"] * 3 and all(r.latency_ms is None for r in rows), rows
+    timed = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("ort-cpu",))  # type: ignore[arg-type]
+    assert all(r.latency_ms is not None and r.latency_ms > 0 for r in timed), timed
+
+
+def test_a_check_forked_after_openvino_is_preloaded_compiles_and_runs(folders: dict[str, Path]) -> None:
+    """The fork server imports openvino before forking jobs (farm/warm.py): the children it forks still compile."""
+    OpenVINO().preload()
+    rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("openvino",))  # type: ignore[arg-type]
+    assert [r.status for r in rows] == ["passed"] * 3, rows
+
+
+def test_a_model_type_transformers_js_lacks_is_unsupported_without_starting_node(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preloaded (the fork server asks node once), the known model types answer "no architecture" with node's words."""
+    starts = tmp_path / "node-starts"
+    real = TransformersJs.node_run
+
+    def counted(self: TransformersJs, job: Path) -> dict[str, Any]:
+        with starts.open("a") as f:
+            f.write(f"{job}\n")
+        return real(self, job)
+
+    monkeypatch.setattr(TransformersJs, "node_run", counted)
+    cold = targets.check(TransformersJs(), reference.load(folders["data2vec-text"]), "fp32")
+    assert len(starts.read_text().splitlines()) == 1  # without the preload, node says it
+    warm = TransformersJs()
+    warm.preload()
+    assert warm.known is not None and "bert" in warm.known and "data2vec-text" not in warm.known
+    rows = targets.check_variants(warm, reference.load(folders["data2vec-text"]), ("fp32", "int8"))
+    assert [(r.status, r.message) for r in rows] == [(cold.status, cold.message)] * 2 == [("unsupported", cold.message)] * 2
+    assert len(starts.read_text().splitlines()) == 1  # no node start for it
+    assert targets.check(warm, reference.load(folders["bert"]), "fp32").status == "passed"
+    assert len(starts.read_text().splitlines()) == 2
