@@ -278,3 +278,19 @@ def test_sdxl_pipeline_with_two_text_encoders(tmp_path: Path) -> None:
     want = StableDiffusionXLPipeline.from_pretrained(tmp_path / "sdxl", torch_dtype=torch.float32)(PROMPT, **kw).images
     got = ORTStableDiffusionXLPipeline.from_pretrained(result.artifacts_dir)(PROMPT, **kw).images
     assert np.asarray(want).std() > 0.05 and np.abs(np.asarray(want) - np.asarray(got)).max() < 1e-4
+
+
+@pytest.mark.slow  # a real export of four graphs, fp32 alone: about 20 s of CPU
+def test_ort_cpu_target_re_runs_the_saved_reference(sd_dir: Path, tmp_path: Path) -> None:
+    """The saved reference is what verify fed ONNX Runtime: the UNet's scalar timestep stays a scalar, so ort-cpu passes too."""
+    result = convert_one(
+        ManifestEntry(source=str(sd_dir), variants=("fp32",)),
+        Settings(out_dir=str(tmp_path), benchmark=False, targets=("ort-cpu",)),
+    )
+    assert result.status == "passed", result.message
+    rows = [(t.target, t.variant, t.status, t.message) for t in result.targets]
+    assert rows and all(status == "passed" for _, _, status, _ in rows), rows
+    from zoo_convert.targets import reference
+
+    saved = reference.load(Path(result.artifacts_dir or ""))
+    assert {c.feed["timestep"].shape for c in saved.cases if c.component == "unet"} == {()}

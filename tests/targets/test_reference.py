@@ -89,3 +89,14 @@ def test_a_wrong_shape_is_a_failure_whatever_the_overlapping_values(tmp_path: Pa
 def test_no_reference_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="has no saved reference"):
         reference.load(tmp_path)
+
+
+def test_a_scalar_input_is_saved_as_a_scalar(tmp_path: Path) -> None:
+    """A UNet's ``timestep`` is declared ``[]``: the saved feed keeps it 0-d (``np.ascontiguousarray`` made it ``(1,)``)."""
+    feed = {"timestep": np.array(949.7, dtype=np.float32), "sample": np.ones((1, 4, 8, 8), np.float32).transpose(0, 1, 3, 2)}
+    reference.save(tmp_path, [("unet", "1x7", False, feed, {"out_sample": np.zeros((1, 4, 8, 8), np.float32)}, {})],
+                   {"fp32": Tolerance(max_abs=1e-4, min_cosine=0.999)})  # fmt: skip
+    (case,) = reference.load(tmp_path).cases
+    assert case.feed["timestep"].shape == ()
+    assert case.feed["timestep"] == np.float32(949.7)
+    np.testing.assert_array_equal(case.feed["sample"], feed["sample"])

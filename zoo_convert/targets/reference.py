@@ -124,7 +124,7 @@ def save(
     entries = []
     total = 0
     for n, (component, label, long, feed, reference, keep) in enumerate(cases):
-        arrays: dict[str, np.ndarray] = {f"in/{k}": np.ascontiguousarray(v) for k, v in feed.items()}
+        arrays: dict[str, np.ndarray] = {f"in/{k}": np.asarray(v, order="C") for k, v in feed.items()}
         outputs = []
         for name, ref in reference.items():
             ref = np.asarray(ref)

@@ -81,7 +81,7 @@ def _job(work: Path, folder: Path, variants: Mapping[str, dict[str, Path]], case
                 continue
             inputs: list[dict[str, Any]] = []
             for name, value in cast_feed(case.feed, comp_types, case.component).items():
-                value = np.ascontiguousarray(value)
+                value = np.asarray(value, order="C")  # ascontiguousarray would make a scalar 1-d
                 key = (n, name, value.dtype.name)
                 if key not in written:
                     file = work / f"in-{len(written)}.bin"
