@@ -685,8 +685,8 @@ def verify_target(folder: str, target_names: tuple[str, ...], variants: str | No
     Example:
 
     \b
-        zoo-convert verify-target build/demo/artifacts/bert/optimum-opset-default-... --target openvino
-        zoo-convert verify-target build/onnx/bert/... --target ort-cpu,transformers.js --variants fp32,int8
+        zoo-convert verify-target build/demo/artifacts/zoo__bert/optimum-* --target openvino
+        zoo-convert verify-target build/demo/artifacts/zoo__bert/optimum-* --target ort-cpu,transformers.js --variants fp32,int8
     """
     import dataclasses
     import json
