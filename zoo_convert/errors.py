@@ -260,7 +260,7 @@ class NumericsMismatchError(VerifyError):
     ) -> None:
         failed = sum(not c.passed for c in checks)
         where = f"{LONG_INPUTS_ONLY}: the short shapes passed, diverged at {long_only}; " if long_only else ""
-        used = f" at {worst.bound_used:.3g}x its bound" if worst.bound_used > 1 else ""
+        used = f" at {worst.bound_used:.3g} times its bound" if worst.bound_used > 1 else ""
         numbers = (
             f"max abs {worst.max_abs:.3g} (tolerance {tolerance.describe()}){used}, cosine {worst.cosine:.6f} "
             f"(min {tolerance.min_cosine:g}), nan {worst.nan}, inf {worst.inf}"
