@@ -82,3 +82,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A real local Ray of two CPUs for one test module; its workers can import the tests' modules (to unpickle
+    the job functions they define). ray is imported here, not at the top: most tests never start it."""
+    import os
+
+    import ray
+
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent), old) if p)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH")
+    else:
+        os.environ["PYTHONPATH"] = old

@@ -9,12 +9,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
-import ray
 
 from zoo_convert.errors import FailureKind
 from zoo_convert.farm.driver import FarmOptions, run_farm
@@ -25,7 +23,6 @@ from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
 pytestmark = pytest.mark.slow  # every test here starts Ray
 
-TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 
 
@@ -48,20 +45,6 @@ def misbehave(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallba
             marker.write_text("")
             return failure_result(entry, FailureKind.FETCH_TRANSIENT, "simulated network error while fetching")
     return convert_one(entry, settings, on_stage=on_stage)
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    # workers import this module to unpickle misbehave
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH")
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 def test_faults_are_recorded_with_their_kind_and_the_rest_converts(

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 import pytest
-import ray
 
 from zoo_convert import zoo
 from zoo_convert.farm.driver import FarmOptions, run_farm
@@ -19,7 +16,6 @@ from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
 pytestmark = pytest.mark.slow  # starts Ray and converts six models
 
-TESTS = Path(__file__).resolve().parent
 NAMES = ("bert", "vit", "resnet", "roberta", "gpt2", "t5")
 
 
@@ -28,19 +24,6 @@ def kept(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | 
     result = convert_one(entry, settings, on_stage=on_stage)
     Path(settings.out_dir, f"{Path(entry.source).name}.result.json").write_text(result.to_json())
     return result
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    old = os.environ.get("PYTHONPATH")  # workers import this module to unpickle ``kept``
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH")
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 def _epoch(iso: str) -> float:

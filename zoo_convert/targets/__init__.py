@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import MESSAGE_LIMIT, TargetError, TargetNotRun, TargetUnsupported, is_our_bug
+from ..errors import MESSAGE_LIMIT, TargetError, TargetNotRun, TargetUnsupported
 from ..records import FAILED, NOT_RUN, PASSED, UNSUPPORTED, OutputCheck, TargetResult, Tolerance
+from ..verify.compare import compare, dims
 from .base import Ran, Target
-from .reference import Reference, SavedCase, SavedOutput
+from .reference import Reference, SavedCase, SavedOutput, load
 
 # Timed calls of a target's first case, after the checks warmed it up.
 TIMED_CALLS = 5
@@ -136,8 +137,6 @@ def _judged(name: str, version: str | None, variant: str, run: Ran, reference: R
 
 def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol: Tolerance) -> OutputCheck:
     """One output of a target's answer against the saved reference; its full shape must be the reference's."""
-    from ..verify.compare import compare
-
     name = f"{case.component}/{out.name}"
     if got is None:
         return OutputCheck(name, case.label, float("inf"), float("inf"), float("inf"), 0.0, passed=False,
@@ -145,7 +144,7 @@ def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol
     got = np.asarray(got)
     if tuple(got.shape) != out.shape:
         return OutputCheck(name, case.label, float("inf"), float("inf"), float("inf"), 0.0, passed=False,
-                           mismatch=f"shape {_dims(got.shape)} from the target, {_dims(out.shape)} in PyTorch")  # fmt: skip
+                           mismatch=f"shape {dims(got.shape)} from the target, {dims(out.shape)} in PyTorch")  # fmt: skip
     if out.index is not None:
         return compare(name, case.label, out.values, got.ravel()[out.index], tol)
     return compare(name, case.label, out.values, got, tol, keep=out.keep)
@@ -167,26 +166,11 @@ def _status(exc: TargetError) -> str:
     return FAILED
 
 
-def _dims(shape: tuple[int, ...]) -> str:
-    return "x".join(map(str, shape)) if shape else "scalar"
-
-
 def check_folder(folder: Path, target: str, variants: tuple[str, ...] | None = None) -> list[TargetResult]:
     """Every variant (or those asked) of an artifact folder on one target, from its saved reference."""
-    reference = _load(folder)
+    reference = load(folder)
     chosen = variants or tuple(reference.variants)
     return check_variants(get(target), reference, chosen)
-
-
-def _load(folder: Path) -> Reference:
-    from .reference import load
-
-    return load(folder)
-
-
-def internal(exc: BaseException) -> bool:
-    """Whether a target's exception is a bug of ours rather than the runtime's."""
-    return is_our_bug(exc)
 
 
 def _register_builtin() -> None:
