@@ -102,15 +102,15 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
                 benchmark.time_torch_alone(exported, settings)
                 details["torch_alone"] = True
             _release_torch(exported)
+        names = target.chosen(entry, settings)  # the deployment targets this job is checked on
         with run.stage("optimize") as details:
-            standard = target.wants_standard(target.chosen(entry, settings))  # only for a target that reads it
+            standard = target.wants_standard(names)  # graphs of standard ops only for a target that reads them
             artifacts = optimize.optimize(exported, entry.variants, settings, check=verify.check, standard=standard)
             details.update({v: a.details for v, a in artifacts.items()})
             target.record_variants(exported, artifacts)
             export.set_modes(out_dir)
         run.variants = _one_structure([_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)
                                        for a in artifacts.values()])  # fmt: skip
-        names = target.chosen(entry, settings)
         if names and missing is None:
             with run.stage("target") as details:
                 try:  # a target never changes the verdict: not even a bug of ours in checking one
