@@ -361,8 +361,8 @@ class Timing:
 
     Attributes:
         p50_ms / p90_ms: median and 90th percentile, milliseconds.
-        runs: timed calls.
-        spread: interquartile range over the median (IQR / p50).
+        runs: timed samples (each the mean of as many back-to-back calls as last 5 ms: ``benchmark.SAMPLE_S``).
+        spread: interquartile range of the samples over their median (IQR / p50).
     """
 
     p50_ms: float

@@ -155,10 +155,11 @@ class Settings:
         verify_generation: also run a decoder exported with past for 16 greedy steps on ONNX Runtime's own
             cache against PyTorch generate() (``zoo_convert.verify.generation``); False checks single forwards only.
         bench_warmup / bench_runs: per side (PyTorch, then each variant, each in a block of its own),
-            untimed calls first (and ``benchmark.WARMUP_S`` of them), then timed calls: at least this many
-            and ``benchmark.MIN_TIMED_S`` of them.
+            untimed calls first (and ``benchmark.WARMUP_S`` of them), then timed samples (each
+            ``benchmark.SAMPLE_S`` of back-to-back calls, or one call): at least this many and
+            ``benchmark.MIN_TIMED_S`` of them.
         bench_budget_s: seconds of timed calls of one side after which a slow model stops
-            early (after ``benchmark.MIN_RUNS`` calls): one big graph should not hold the node's latency phase.
+            early (after ``benchmark.MIN_RUNS`` samples): one big graph should not hold the node's latency phase.
         providers: ONNX Runtime execution providers, in preference order.
         threads: intra-op threads for torch and ORT inside one job.
         timeout_s: default hard timeout per job (farm only).
@@ -244,7 +245,7 @@ class VariantResult:
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs (timed once per job,
             in a block of its own beside the variants': the same figures on each of the job's rows).
         speedup: torch_p50_ms / ort_p50_ms.
-        ort_runs / torch_runs: timed calls behind each latency.
+        ort_runs / torch_runs: timed samples behind each latency (each 5 ms of back-to-back calls, or one call).
         ort_spread / torch_spread: interquartile range over the median of those calls.
         bench_threads / bench_shape / bench_cpu / bench_load: the conditions of the measurement:
             intra-op threads, batch x length, CPU model, and the CPUs other processes kept busy

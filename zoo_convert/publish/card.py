@@ -392,8 +392,8 @@ def _conditions(v: VariantRow) -> str:
         f"{v.bench_threads} thread{'s' if v.bench_threads != 1 else ''}" if v.bench_threads is not None else None,
         v.bench_cpu,
         f"other processes busy on {v.bench_load:.2f} CPUs" if v.bench_load is not None else None,
-        f"ORT {v.ort_runs} runs, spread {v.ort_spread:.0%}" if v.ort_runs is not None and v.ort_spread is not None else None,
-        f"PyTorch {v.torch_runs} runs, spread {v.torch_spread:.0%}"
+        f"ORT {v.ort_runs} samples, spread {v.ort_spread:.0%}" if v.ort_runs is not None and v.ort_spread is not None else None,
+        f"PyTorch {v.torch_runs} samples, spread {v.torch_spread:.0%}"
         if v.torch_runs is not None and v.torch_spread is not None
         else None,
     ]
