@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     MESSAGE_LIMIT,
@@ -51,6 +51,9 @@ from .stages import Artifact, ExportedModel, Latency
 from .stages.forked import alone_on_node, note_claimed
 from .versions import toolchain_versions
 
+if TYPE_CHECKING:
+    from .stages.target import Pending
+
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
 # leaves it where a crash can still say where the job died.
 StageCallback = Callable[[str], None]
@@ -67,6 +70,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))
     run = _Run(entry, on_stage)
     out_dir: Path | None = None
+    checked: _TargetRows | None = None
     try:
         with run.stage("fetch"):
             ckpt = fetch.fetch(entry, settings)
@@ -112,19 +116,28 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         run.variants = _one_structure([_unmade(a) if "error" in a.details else _verified(run, exported, a, missing, settings)
                                        for a in artifacts.values()])  # fmt: skip
         if names and missing is None:
+            # Timed alone, in the latency phase: parked (checked now, their runtimes kept loaded until then), or
+            # for a big model loaded again there (target.time_alone).
+            park = settings.benchmark and target.parks(exported)
             with run.stage("target") as details:
+                details.update(targets=list(names))
                 try:  # a target never changes the verdict: not even a bug of ours in checking one
-                    rows = target.check(exported, run.variants, names, timed=0)  # timed alone, in the latency phase
+                    pending = target.check(exported, run.variants, names, timed=target.TIMED_CALLS if park else 0,
+                                           park=park)  # fmt: skip
+                    checked = _TargetRows(pending, details, run)
+                    if not park:
+                        checked.record()
                 except Exception as exc:  # noqa: BLE001 - kept in the stage's details, with its traceback
-                    rows = []
                     details.update(error=_failure(exc).message, traceback=_failure(exc).traceback)
-                run.facts["targets"] = tuple(target.without_checks(rows))
-                details.update(targets=list(names), statuses=target.summary(rows))
         if settings.benchmark:
-            run.variants = _benchmarked(run, exported, artifacts, settings)
+            run.variants = _benchmarked(run, exported, artifacts, settings, checked)
+        if checked is not None:
+            checked.record()  # parked checks no benchmark asked for (no variant to time)
         for comp in exported.components:
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
+        if checked is not None:
+            checked.close()
         run.fail(exc)
         # No result points at it, or the machine failed the job (a full disk: the space is wanted back, and the
         # next try claims a folder of its own): leave no folder behind.
@@ -248,15 +261,37 @@ def _cut(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " ..."
 
 
+class _TargetRows:
+    """A job's target checks (:class:`~zoo_convert.stages.target.Pending`) until their rows are in the record."""
+
+    def __init__(self, pending: Pending, details: dict[str, Any], run: _Run) -> None:
+        self.pending, self.details, self.run = pending, details, run
+        self.recorded = False
+
+    def record(self) -> None:
+        """The rows in the job's facts and the target stage's details (once; parked checks time their variants now)."""
+        from .stages import target
+
+        if self.recorded:
+            return
+        self.recorded = True
+        rows = self.pending.rows()
+        self.run.facts["targets"] = tuple(target.without_checks(rows))
+        self.details.update(statuses=target.summary(rows))
+
+    def close(self) -> None:
+        self.pending.close()
+
+
 def _benchmarked(
-    run: _Run, exported: ExportedModel, artifacts: dict[str, Artifact], settings: Settings
+    run: _Run, exported: ExportedModel, artifacts: dict[str, Artifact], settings: Settings, checked: _TargetRows | None
 ) -> list[VariantResult]:
     """Every verified variant and PyTorch (once) timed, with the node to this job alone in a farm; never fails a variant.
 
     In a farm job the benchmark waits for the node's latency phase (``forked.alone_on_node``):
     no conversion runs on the node while it is timed; the deployment targets' passed variants are
-    timed there too (``target.time_alone``). The stage's details keep the wait and the
-    wall-clock window it was timed in.
+    timed there too: by their parked checks (``checked``), or loaded again (``target.time_alone``).
+    The stage's details keep the wait and the wall-clock window it was timed in.
     """
     from .stages import benchmark, target
 
@@ -266,9 +301,11 @@ def _benchmarked(
     with alone_on_node() as waited, run.stage("benchmark") as details:
         started = time.time()
         latencies = benchmark.benchmark(exported, timed, settings)
-        rows = list(run.facts.get("targets", ()))
-        if rows:  # each deployment target's passed variants, timed alone too
-            t1 = time.perf_counter()
+        t1 = time.perf_counter()
+        if checked is not None and not checked.recorded:  # parked: each target times what it checked, alone now
+            checked.record()
+            details["targets_seconds"] = round(time.perf_counter() - t1, 4)
+        elif rows := list(run.facts.get("targets", ())):  # too big to park: each target loaded again, timed alone
             run.facts["targets"] = tuple(target.time_alone(exported, rows))
             details["targets_seconds"] = round(time.perf_counter() - t1, 4)
         details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy),

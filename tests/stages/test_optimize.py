@@ -20,7 +20,7 @@ from zoo_convert import onnx_graph
 from zoo_convert.errors import OptimizeError
 from zoo_convert.records import Settings
 from zoo_convert.stages import Artifact, Checkpoint, Component, ExportedModel
-from zoo_convert.stages.forked import run_forked, step
+from zoo_convert.stages.forked import Parked, run_forked, step, wait_for_go
 from zoo_convert.stages.optimize import _verified, optimize
 from zoo_convert.stages.verify import verify
 
@@ -487,6 +487,30 @@ def test_a_forked_child_returns_its_result_and_raises_with_its_kind() -> None:
     with pytest.raises(ForkedError, match="no run") as raised:
         run_forked(fails, timeout_s=60)
     assert raised.value.kind is FailureKind.VERIFY_ERROR and "fails" in raised.value.traceback_text
+
+
+def test_a_parked_child_waits_half_way_until_its_result_is_asked_and_close_ends_it(tmp_path: Path) -> None:
+    """The target checks' children (stages/target.py): checked, then parked with their runtimes loaded until go."""
+
+    def job(name: str) -> str:
+        (tmp_path / f"{name}-checked").touch()
+        wait_for_go()
+        (tmp_path / f"{name}-timed").touch()
+        return name
+
+    child = Parked(lambda: job("a"), timeout_s=60)
+    assert child.parked and (tmp_path / "a-checked").exists() and not (tmp_path / "a-timed").exists()
+    time.sleep(0.2)
+    assert not (tmp_path / "a-timed").exists()  # still waiting
+    assert child.result() == "a" and (tmp_path / "a-timed").exists()
+    unasked = Parked(lambda: job("b"), timeout_s=60)
+    assert unasked.parked
+    unasked.close()  # the job failed before its latency phase: the child goes, never timed
+    with pytest.raises(ChildProcessError):
+        os.waitpid(unasked.pid, os.WNOHANG)
+    assert not (tmp_path / "b-timed").exists()
+    never = Parked(lambda: 7, timeout_s=60)  # a child that never parks is simply done
+    assert not never.parked and never.result() == 7
 
 
 def _squared(n: int) -> onnx.ModelProto:

@@ -28,14 +28,14 @@ def test_transformers_js_starts_node_once_per_job_for_every_variant(folders: dic
     starts = tmp_path / "node-starts"
     real = TransformersJs.node_run
 
-    def counted(self: TransformersJs, job: Path) -> dict[str, Any]:
+    def counted(self: TransformersJs, job: Path, ready: Any = None) -> dict[str, Any]:
         with starts.open("a") as f:  # the stage runs the target in a forked child: count in a file
             f.write(f"{job}\n")
-        return real(self, job)
+        return real(self, job, ready)
 
     monkeypatch.setattr(TransformersJs, "node_run", counted)
     exported = SimpleNamespace(out_dir=folders["bert"])
-    rows = stage.check(exported, _passed(folders["bert"]), ("transformers.js",))  # type: ignore[arg-type]
+    rows = stage.check(exported, _passed(folders["bert"]), ("transformers.js",)).rows()  # type: ignore[arg-type]
     assert [(r.variant, r.status) for r in rows] == [("fp32", "passed"), ("fp16", "passed"), ("int8", "passed")], rows
     assert len(starts.read_text().splitlines()) == 1
     assert all(r.seconds is not None and r.seconds > 0 for r in rows)
@@ -54,16 +54,27 @@ def test_one_node_process_keeps_each_variants_own_verdict(folders: dict[str, Pat
 
 def test_a_check_asked_for_no_timed_calls_records_no_latency(folders: dict[str, Path]) -> None:
     """``timed=0`` (what a latency phase elsewhere would ask for): no timed call, no latency; the verdict stands."""
-    rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("ort-cpu",), timed=0)  # type: ignore[arg-type]
+    rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("ort-cpu",), timed=0).rows()  # type: ignore[arg-type]
     assert [r.status for r in rows] == ["passed"] * 3 and all(r.latency_ms is None for r in rows), rows
-    timed = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("ort-cpu",))  # type: ignore[arg-type]
+    timed = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("ort-cpu",)).rows()  # type: ignore[arg-type]
     assert all(r.latency_ms is not None and r.latency_ms > 0 for r in timed), timed
+
+
+def test_parked_checks_are_timed_only_when_their_rows_are_asked_for(folders: dict[str, Path]) -> None:
+    """Each target checks every variant, then waits with them loaded (node too) until the job's latency phase asks."""
+    exported = SimpleNamespace(out_dir=folders["bert"])
+    pending = stage.check(exported, _passed(folders["bert"]), ("ort-cpu", "transformers.js"), park=True)  # type: ignore[arg-type]
+    children = [child for *_, child in pending._children]
+    assert len(children) == 2 and all(child.parked for child in children)  # checked, loaded, waiting
+    rows = pending.rows()
+    assert [(r.target, r.status) for r in rows] == [("ort-cpu", "passed"), ("transformers.js", "passed")] * 3, rows
+    assert all(r.latency_ms is not None and r.latency_ms > 0 for r in rows), rows
 
 
 def test_a_check_forked_after_openvino_is_preloaded_compiles_and_runs(folders: dict[str, Path]) -> None:
     """The fork server imports openvino before forking jobs (farm/warm.py): the children it forks still compile."""
     OpenVINO().preload()
-    rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("openvino",))  # type: ignore[arg-type]
+    rows = stage.check(SimpleNamespace(out_dir=folders["bert"]), _passed(folders["bert"]), ("openvino",)).rows()  # type: ignore[arg-type]
     assert [r.status for r in rows] == ["passed"] * 3, rows
 
 
@@ -74,10 +85,10 @@ def test_a_model_type_transformers_js_lacks_is_unsupported_without_starting_node
     starts = tmp_path / "node-starts"
     real = TransformersJs.node_run
 
-    def counted(self: TransformersJs, job: Path) -> dict[str, Any]:
+    def counted(self: TransformersJs, job: Path, ready: Any = None) -> dict[str, Any]:
         with starts.open("a") as f:
             f.write(f"{job}\n")
-        return real(self, job)
+        return real(self, job, ready)
 
     monkeypatch.setattr(TransformersJs, "node_run", counted)
     cold = targets.check(TransformersJs(), reference.load(folders["data2vec-text"]), "fp32")

@@ -37,7 +37,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..errors import (
     FailureKind,
@@ -72,9 +72,11 @@ T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
 _HEADER = struct.Struct("!cI")  # message type, payload length
-_STEP, _RESULT, _RAISED = b"s", b"r", b"x"
+_STEP, _RESULT, _RAISED, _PARKED = b"s", b"r", b"x", b"p"
 # Where the child writes its reports; None in a process that is not such a child.
 _report_fd: int | None = None
+# In a child of start_parked: the pipe its parent's go comes through (see wait_for_go); None elsewhere.
+_go_fd: int | None = None
 # In a fork-server job whose caller leases it the node for its benchmark (isolation.Lease): the file it asks
 # in and the FIFO the grant comes through (see alone_on_node). None elsewhere: the job times where it is.
 _lease_paths: tuple[Path, Path] | None = None
@@ -143,11 +145,16 @@ def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:
         _child(fn, write)
     os.close(write)
     messages, status = _collect(pid, read, timeout_s)
+    result: T = _answer(messages, status, timeout_s)
+    return result
+
+
+def _answer(messages: list[tuple[bytes, bytes]], status: int | None, timeout_s: float) -> Any:
+    """What the child's messages say: its result, what it raised re-raised, or how it died (OptimizeError)."""
     last_step = next((body for kind, body in reversed(messages) if kind == _STEP), None)
     for kind, body in messages:
         if kind == _RESULT:
-            result: T = pickle.loads(body)
-            return result
+            return pickle.loads(body)
         if kind == _RAISED:
             raise _reraised(pickle.loads(body))
     doing = pickle.loads(last_step) if last_step is not None else ("the child", "starting")
@@ -156,6 +163,104 @@ def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:
     if os.WIFSIGNALED(status):
         raise OptimizeError(f"{doing[0]} crashed (signal {os.WTERMSIG(status)}) {doing[1]}")
     raise OptimizeError(f"{doing[0]} exited with status {os.WEXITSTATUS(status)} {doing[1]}")
+
+
+class Parked(Generic[T]):
+    """``fn()`` in a forked child, as :func:`run_forked`, that may stop half-way to wait for its parent (:func:`wait_for_go`).
+
+    The deployment targets' checks run this way: a child loads a variant's graphs and checks them
+    beside the node's conversions, then parks with its sessions open until the job's latency
+    phase, where :meth:`result` lets it time its calls and finish: no runtime is loaded twice.
+    Made, it waits until the child parks, finishes, or passes ``timeout_s``; :meth:`result`
+    waits again up to ``timeout_s``. :meth:`close` kills a child nobody asked for its result.
+    """
+
+    def __init__(self, fn: Callable[[], T], *, timeout_s: float) -> None:
+        import onnxruntime  # noqa: F401 - as run_forked's
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.timeout_s = timeout_s
+        read, write = os.pipe()
+        go_read, go_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            global _go_fd
+            os.close(read)
+            os.close(go_write)
+            _go_fd = go_read
+            _child(fn, write)
+        os.close(write)
+        os.close(go_read)
+        buffer, state = _until_parked(self.pid, read, timeout_s)
+        self.parked = state == "parked"
+        self._pipes: tuple[int, int] | None = (read, go_write)
+        self._buffer = buffer
+        self._messages: list[tuple[bytes, bytes]] = []
+        self._status: int | None = None
+        if not self.parked:  # it finished, died, or was killed at the timeout: nothing to wait for
+            self._close_pipes()
+            _, status = os.waitpid(self.pid, 0)
+            self._messages, self._status = _split(buffer), None if state == "killed" else status
+
+    def result(self) -> T:
+        """Let a parked child go on; then what it returned, re-raised what it raised, or how it died."""
+        if self._pipes is not None:
+            read, go = self._pipes
+            with contextlib.suppress(OSError):
+                os.write(go, b"g")
+            os.close(go)
+            self._pipes = None
+            messages, self._status = _collect(self.pid, read, self.timeout_s)  # closes read
+            self._messages = _split(self._buffer) + messages
+        result: T = _answer(self._messages, self._status, self.timeout_s)
+        return result
+
+    def close(self) -> None:
+        """Kill the child if it is still parked (its result unasked): a job that failed leaves no runtime behind."""
+        if self._pipes is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self._close_pipes()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+
+    def _close_pipes(self) -> None:
+        if self._pipes is not None:
+            for fd in self._pipes:
+                os.close(fd)
+            self._pipes = None
+
+
+def wait_for_go() -> None:
+    """In a :class:`Parked` child: tell the parent it is ready, and block until it says go. Elsewhere a no-op.
+
+    A parent that closed the pipe without saying go (it failed, or was killed) ends the child here."""
+    if _go_fd is None or _report_fd is None:
+        return
+    _send(_report_fd, _PARKED, b"")
+    if os.read(_go_fd, 1) != b"g":
+        os._exit(0)
+
+
+def _until_parked(pid: int, fd: int, timeout_s: float) -> tuple[bytes, str]:
+    """The child's messages until it parks ("parked"), closes its end ("closed") or is killed at ``timeout_s`` ("killed")."""
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            return buffer, "killed"
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return buffer, "closed"
+        buffer += chunk
+        if any(kind == _PARKED for kind, _ in _split(buffer)):
+            return buffer, "parked"
 
 
 def step(actor: str, doing: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import targets as registry
 from ..errors import first_line
-from .forked import run_forked, step
+from .forked import Parked, run_forked, step, wait_for_go
 from ..records import FAILED, NOT_RUN, PASSED, ManifestEntry, Settings, TargetResult, VariantResult
 from ..targets import reference
 from ..targets.base import Target
@@ -58,25 +58,72 @@ def _rel(exported: ExportedModel, path: Path) -> str:
     return str(path.relative_to(exported.out_dir))
 
 
+# A job whose weights are above this checks its targets one variant loaded at a time and has them timed by
+# time_alone (each runtime loaded again in the latency phase): parked, every target holds all its variants at once.
+PARK_MAX_BYTES = 1 << 30
+# Timed calls of each target's passed variants (their first saved case).
+TIMED_CALLS = registry.TIMED_CALLS
+
+
+def parks(exported: ExportedModel) -> bool:
+    """Whether the job's target checks may wait for its latency phase with their variants loaded (:func:`check`)."""
+    weights = exported.details.get("weights_bytes")
+    return not isinstance(weights, int) or weights <= PARK_MAX_BYTES
+
+
+class Pending:
+    """One job's target checks, each target in a forked child (:class:`~.forked.Parked`); :meth:`rows` gives the rows.
+
+    A parked child has checked its variants and holds them loaded until :meth:`rows` lets it time
+    them; :meth:`close` ends whatever is still running (a job that failed on the way).
+    """
+
+    def __init__(self, rows: list[TargetResult], order: dict[str, int], names: tuple[str, ...]) -> None:
+        self._rows, self._order, self._names = rows, order, names
+        self._children: list[tuple[str, Target, tuple[str, ...], Parked[list[TargetResult]]]] = []
+
+    def rows(self) -> list[TargetResult]:
+        """Every (variant, target) row, in variant then target order; parked children time their variants now."""
+        while self._children:
+            name, target, runnable, child = self._children.pop(0)
+            try:
+                self._rows += child.result()
+            except Exception as exc:  # noqa: BLE001 - a target that crashes or hangs fails its own rows only
+                message = f"{name}: {first_line(exc)}"
+                self._rows += [TargetResult(name, v, FAILED, version=target.version(), message=message) for v in runnable]
+        return sorted(self._rows, key=lambda r: (self._order.get(r.variant, 99),
+                                                 self._names.index(r.target) if r.target in self._names else 99))  # fmt: skip
+
+    def close(self) -> None:
+        for *_, child in self._children:
+            child.close()
+        self._children = []
+
+
 def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...], *,
-          timed: int = registry.TIMED_CALLS) -> list[TargetResult]:  # fmt: skip
+          timed: int = registry.TIMED_CALLS, park: bool = False) -> Pending:  # fmt: skip
     """Every (variant, target) row of a job; ONNX Runtime's failed variants are recorded as not run elsewhere.
 
-    ``timed`` calls of each variant's first case give its ``latency_ms`` (0: None; docs/targets.md)."""
+    ``timed`` calls of each variant's first case give its ``latency_ms`` (0: None; docs/targets.md). With
+    ``park``, each target's child checks its variants, keeps them loaded and waits (``forked.wait_for_go``):
+    their ``timed`` calls run when :meth:`Pending.rows` is asked, in the job's latency phase. The targets
+    are checked one after the other (each parks before the next starts).
+    """
+    order = {v.variant: i for i, v in enumerate(variants)}
+    pending = Pending([], order, names)
     if not names or not reference.exists(exported.out_dir):
-        return []
+        return pending
     ref = reference.load(exported.out_dir)
     runnable = tuple(v.variant for v in variants if v.status != FAILED and v.variant in ref.variants)
-    rows: list[TargetResult] = []
     for name in names:
         try:
             target = registry.get(name)
         except KeyError as exc:
-            rows += [TargetResult(name, v.variant, NOT_RUN, message=str(exc.args[0])) for v in variants]
+            pending._rows += [TargetResult(name, v.variant, NOT_RUN, message=str(exc.args[0])) for v in variants]
             continue
-        rows += [TargetResult(name, v.variant, NOT_RUN, version=target.version(),
-                              message=f"not checked: {v.variant} failed verification on ONNX Runtime ({v.failure_kind})")
-                 for v in variants if v.variant not in runnable]  # fmt: skip
+        pending._rows += [TargetResult(name, v.variant, NOT_RUN, version=target.version(),
+                                       message=f"not checked: {v.variant} failed verification on ONNX Runtime ({v.failure_kind})")
+                          for v in variants if v.variant not in runnable]  # fmt: skip
         if not runnable:
             continue
 
@@ -84,24 +131,21 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
             def doing(variant: str) -> None:
                 step(target.name, f"checking {variant}")
 
-            return registry.check_variants(target, ref, runnable, timed=timed, doing=doing)
+            return registry.check_variants(target, ref, runnable, timed=timed, doing=doing,
+                                           ready=wait_for_go if park else None)  # fmt: skip
 
-        try:
-            rows += run_forked(run, timeout_s=TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - a target that crashes or hangs fails its own rows only
-            message = f"{name}: {first_line(exc)}"
-            rows += [TargetResult(name, v, FAILED, version=target.version(), message=message) for v in runnable]
-    order = {v.variant: i for i, v in enumerate(variants)}
-    return sorted(rows, key=lambda r: (order.get(r.variant, 99), names.index(r.target) if r.target in names else 99))
+        pending._children.append((name, target, runnable, Parked(run, timeout_s=TIMEOUT_S)))
+    return pending
 
 
 def time_alone(exported: ExportedModel, rows: list[TargetResult], *, calls: int = registry.TIMED_CALLS) -> list[TargetResult]:
     """Each target's passed variants timed on the first saved case, in the job's latency phase; the rows with ``latency_ms``.
 
-    The checks ran beside the node's conversions untimed (``check(..., timed=0)``); here the node is the
-    job's alone (``forked.alone_on_node``), one forked child per target, every session on 1 thread: the
-    first call of the case warms it up, then ``calls`` timed calls give the median. A target that fails
-    to time leaves its rows without a latency.
+    For a job too big to park (:func:`parks`): the checks ran beside the node's conversions untimed
+    (``check(..., timed=0)``); here the node is the job's alone (``forked.alone_on_node``), one forked
+    child per target loads each runtime again, every session on 1 thread: the first call of the case
+    warms it up, then ``calls`` timed calls give the median. A target that fails to time leaves its
+    rows without a latency.
     """
     passed: dict[str, list[str]] = {}
     for r in rows:

@@ -70,10 +70,11 @@ def check_variants(
     *,
     timed: int = TIMED_CALLS,
     doing: Callable[[str], None] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> list[TargetResult]:
     """:func:`check` of each of ``variants``, one row each in their order, the runtime started once for them all
     where it can (:meth:`~.base.Target.run_variants`). ``timed`` calls of the first case give ``latency_ms``
-    (0: not timed, None)."""
+    (0: not timed, None); with ``ready``, after every variant was checked and once ``ready()`` returns."""
     t0 = time.perf_counter()
     version = target.version()
     rows: dict[str, TargetResult] = {}
@@ -91,7 +92,8 @@ def check_variants(
             runnable[variant] = files
             graphs[variant] = ",".join(str(p.relative_to(reference.folder)) for p in files.values())
     spent = time.perf_counter() - t0
-    ran = target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing) if runnable else {}
+    ran = (target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing, ready=ready)
+           if runnable else {})  # fmt: skip
     for variant, run in ran.items():
         t1 = time.perf_counter()
         row = _judged(target.name, version, variant, run, reference, reference.tolerances[variant])

@@ -6,9 +6,12 @@
 // Prints JSON: {"unsupported": msg} | {"error": msg} | {"ms": {"import", "config"}, "variants": [{"error": msg, "ms"} |
 //   {"sessions": {...}, "cases": [{"outputs": [...]} | {"error"}], "seconds": [...], "ms": {"load", "cases", "timed"}}]},
 // the variants in the job's order. Each output is written raw (little-endian) to OUT/case-N-M.bin.
+// With "park": true, each checked model stays loaded; node prints READY and a newline, waits for a line on stdin,
+// then makes the timed calls and prints the JSON.
 // node transformers_js.mjs NODE_MODULES --known: prints the model types it has an architecture for, as a JSON list.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 
 const [modules, jobPath] = process.argv.slice(2);
@@ -90,17 +93,34 @@ async function variant(v) {
     }
   }
   ms.cases = lap();
-  const seconds = [];
-  if (v.cases.length && !cases[0].error) {
-    for (let i = 0; i < v.timed; i++) {
-      const t0 = performance.now();
-      await run(v.cases[0]);
-      seconds.push((performance.now() - t0) / 1000);
+  const answer = { sessions: loaded, cases, seconds: [], ms };
+  const time = async () => {
+    lap();
+    if (v.cases.length && !cases[0].error) {
+      for (let i = 0; i < v.timed; i++) {
+        const t0 = performance.now();
+        await run(v.cases[0]);
+        answer.seconds.push((performance.now() - t0) / 1000);
+      }
     }
-  }
-  ms.timed = lap();
-  await model.dispose();
-  return { sessions: loaded, cases, seconds, ms };
+    ms.timed = lap();
+    await model.dispose();
+  };
+  if (job.park) parked.push(time); // timed once the node is the job's alone (main)
+  else await time();
+  return answer;
+}
+
+const parked = [];
+
+// A parked job says READY once every model is checked and loaded, then waits for one line on stdin before timing
+// them; stdin closed without one (the job is gone) ends the process.
+async function go() {
+  process.stdout.write("READY\n");
+  const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  const line = await lines.next();
+  if (line.done) process.exit(0);
+  process.stdin.destroy();
 }
 
 async function main() {
@@ -116,6 +136,10 @@ async function main() {
   const ms = { import: imported, config: lap() };
   const variants = [];
   for (const v of job.variants) variants.push(await variant(v));
+  if (parked.length) {
+    await go();
+    for (const time of parked) await time();
+  }
   return { ms, variants };
 }
 

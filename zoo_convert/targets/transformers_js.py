@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -176,9 +177,13 @@ class TransformersJs(Target):
         *,
         timed: int = 0,
         doing: Callable[[str], None] | None = None,
+        ready: Callable[[], None] | None = None,
     ) -> dict[str, Ran]:
         """Every variant in one node process: node starts, imports transformers.js and reads the config once per job,
-        then loads each dtype in turn. The process start is in the first variant's ``elapsed``."""
+        then loads each dtype in turn. The process start is in the first variant's ``elapsed``.
+
+        With ``ready`` (and ``timed``), node keeps every checked model loaded, says READY and waits for a line on its
+        stdin, sent once ``ready()`` returns; then it times them (see :meth:`.base.Target.run_variants`)."""
         ran = {v: Ran(error=TargetUnsupported(f"transformers.js has no dtype for variant {v!r}"))
                for v in variants if v not in JS_DTYPES}  # fmt: skip
         known = {v: files for v, files in variants.items() if v in JS_DTYPES}
@@ -192,34 +197,72 @@ class TransformersJs(Target):
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="zoo-js-") as tmp:
             work = Path(tmp)
-            (work / "job.json").write_text(json.dumps(_job(work, Path(folder), known, cases, timed)))
+            job = _job(work, Path(folder), known, cases, timed)
+            job["park"] = ready is not None and bool(timed)
+            (work / "job.json").write_text(json.dumps(job))
+            waited = _Waited(ready)
             try:
-                answer = self.node_run(work / "job.json")
+                answer = self.node_run(work / "job.json", waited if job["park"] else None)
             except TargetError as exc:
                 return {**ran, **{v: Ran(error=exc, providers=PROVIDERS, elapsed=time.perf_counter() - t0) for v in known}}
             if "unsupported" in answer or "error" in answer:
                 error = TargetUnsupported(answer["unsupported"]) if "unsupported" in answer else TargetError(answer["error"])
                 return {**ran, **{v: Ran(error=error, providers=PROVIDERS) for v in known}}
-            shared = time.perf_counter() - t0 - sum(sum(a.get("ms", {}).values()) for a in answer["variants"]) / 1000
+            own = sum(sum(a.get("ms", {}).values()) for a in answer["variants"]) / 1000
+            shared = time.perf_counter() - t0 - waited.seconds - own
             for n, (variant, part) in enumerate(zip(known, answer["variants"], strict=True)):
                 own = sum(part.get("ms", {}).values()) / 1000
                 ran[variant] = _ran(part, own + (shared if n == 0 else 0.0))
         return {v: ran[v] for v in variants}
 
-    def node_run(self, job: Path) -> dict[str, Any]:
+    def node_run(self, job: Path, ready: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The runner's answer to ``job``; with ``ready``, called between node's READY line and its timed calls."""
         node = shutil.which("node")
         if node is None:
             raise TargetError("node is not installed")
+        with tempfile.TemporaryFile("w+") as err:  # a file: node's warnings never fill a pipe nobody reads yet
+            with subprocess.Popen([node, str(RUNNER), str(self.node_modules), str(job)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=err, text=True) as proc:  # fmt: skip
+                assert proc.stdin is not None and proc.stdout is not None
+                watchdog = threading.Timer(TIMEOUT_S, proc.kill)  # a node that hangs before its first line
+                watchdog.start()
+                try:
+                    first = proc.stdout.readline()
+                    watchdog.cancel()
+                    if first == "READY\n":  # parked: every model checked and loaded, waiting to be timed
+                        first = ""
+                        if ready is not None:
+                            ready()
+                        proc.stdin.write("go\n")
+                        proc.stdin.flush()
+                    out, _ = proc.communicate(timeout=TIMEOUT_S)
+                    out = first + out
+                except subprocess.TimeoutExpired as exc:
+                    proc.kill()
+                    raise TargetError(f"transformers.js did not answer within {TIMEOUT_S:.0f} s") from exc
+                except BrokenPipeError:
+                    out = first + proc.stdout.read()
+                    proc.wait()
+            err.seek(0)
+            stderr = err.read()
+        if proc.returncode != 0:
+            tail = stderr.strip().splitlines()[-3:]
+            raise TargetError(f"node exited with {proc.returncode}: {' '.join(tail)}")
         try:
-            done = subprocess.run([node, str(RUNNER), str(self.node_modules), str(job)], capture_output=True,
-                                  text=True, timeout=TIMEOUT_S)  # fmt: skip
-        except subprocess.TimeoutExpired as exc:
-            raise TargetError(f"transformers.js did not answer within {TIMEOUT_S:.0f} s") from exc
-        if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-3:]
-            raise TargetError(f"node exited with {done.returncode}: {' '.join(tail)}")
-        try:
-            answer: dict[str, Any] = json.loads(done.stdout)
+            answer: dict[str, Any] = json.loads(out)
         except ValueError as exc:
-            raise TargetError(f"transformers.js printed no answer: {done.stdout[-300:]}") from exc
+            raise TargetError(f"transformers.js printed no answer: {out[-300:]}") from exc
         return answer
+
+
+class _Waited:
+    """``ready`` with a clock: the seconds spent in it are no target's own."""
+
+    def __init__(self, ready: Callable[[], None] | None) -> None:
+        self.ready, self.seconds = ready, 0.0
+
+    def __call__(self) -> None:
+        t0 = time.perf_counter()
+        if self.ready is not None:
+            self.ready()
+        self.seconds += time.perf_counter() - t0
