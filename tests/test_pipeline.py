@@ -39,8 +39,13 @@ ZOO_FAILURES = {
 
 @pytest.fixture(scope="session")
 def zoo_results(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ConversionResult]:
-    """Every zoo model through the real pipeline, with the default variants (fp32, fp16, int8)."""
-    settings = Settings(out_dir=str(tmp_path_factory.mktemp("zoo-onnx")), **FAST)
+    """Every zoo model through the real pipeline, with the default variants (fp32, fp16, int8).
+
+    No deployment target and no latency: this is ONNX Runtime's verdict on the whole zoo (what `make demo` adds on
+    its targets is benchmarks/bench_targets.py's; the targets' tests take five zoo models, the latency's tests bert).
+    Both cost more than half of this fixture's CI time (2.1 CPU s a model for the three targets).
+    """
+    settings = Settings(out_dir=str(tmp_path_factory.mktemp("zoo-onnx")), benchmark=False, targets=())
     rows = pq.read_table(zoo_dir / "manifest.parquet").to_pylist()
     return {
         # the optimum exporter's table; the rows optimum has no config for go through auto's generic torch path
@@ -130,7 +135,6 @@ def test_results_carry_the_facts_of_the_export(zoo_results: dict[str, Conversion
     assert fp32.file == "onnx/model.onnx" and fp32.size_bytes > 0
     # Settings.verify_shapes and the long shape, not the dummy input
     assert {o.shape for o in fp32.outputs} == {"1x7", "3x19", "1x128"}
-    assert fp32.ort_p50_ms > 0 and fp32.torch_p50_ms > 0
     assert [s.stage for s in result.stages][:5] == ["fetch", "export", "check", "verify", "optimize"]
     # ONNX Runtime's checks ran in the optimize children: their time is carried to each variant's verify
     checked = {s.details["variant"]: s.details.get("checks_seconds", 0) for s in result.stages
