@@ -124,8 +124,9 @@ def _judged(name: str, version: str | None, variant: str, run: Ran, reference: R
             errors.append(f"{case.component} at {case.label}: {answer}")
             continue
         checks += [compare_saved(case, out, answer.get(out.name), tol) for out in case.outputs]
-    latency = round(float(np.median(run.seconds)) * 1000, 4) if run.seconds else None
     failed = [c for c in checks if not c.passed]
+    # A latency only where the target passed: a figure for wrong answers would be read as a deployable one.
+    latency = round(float(np.median(run.seconds)) * 1000, 4) if run.seconds and not errors and not failed else None
     if errors:
         status, message = FAILED, f"{name} failed on {'; '.join(errors)}"
     elif failed:
