@@ -51,10 +51,13 @@ def test_runs_stop_at_the_budget_but_not_below_the_minimum() -> None:
     assert len(ms) == MIN_RUNS and all(t >= 10 for t in ms)
 
 
-def test_fast_calls_are_timed_in_samples_of_many_calls_and_slow_ones_one_by_one() -> None:
-    timed: list[int] = []
-    ms, _ = _block(lambda: timed.append(1), Settings(bench_warmup=0, bench_runs=30, bench_budget_s=1.0))
-    assert 30 <= len(ms) < len(timed) // 2  # a call of nothing: 30 samples or more, each many calls
+def test_fast_calls_are_timed_in_samples_of_many_calls_and_slow_ones_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchmark, "WARMUP_S", 0.0)  # one warm-up call: every other call is a timed one
+    calls: list[int] = []
+    ms, _ = _block(lambda: calls.append(1), Settings(bench_warmup=1, bench_runs=30, bench_budget_s=1.0))
+    timed = len(calls) - 1
+    # a call of nothing: 30 samples (or more), each the same number of calls, and more than one
+    assert len(ms) >= 30 and timed % len(ms) == 0 and timed // len(ms) > 1
     ms, _ = _block(lambda: time.sleep(MIN_TIMED_S), Settings(bench_warmup=0, bench_runs=3, bench_budget_s=1.0))
     assert len(ms) == 3 and all(t >= MIN_TIMED_S * 1000 for t in ms)  # a long call is a sample of its own
 

@@ -193,7 +193,10 @@ def test_pytorch_is_timed_once_for_every_variant_of_the_job(zoo_export, tmp_path
     finally:
         hook.remove()
     assert found["fp32"].torch == found["int8"].torch  # one figure, measured once beside both
-    assert len(blocks) == 3 and [n > 0 for n in blocks] == [True, False, False]  # PyTorch's block, then each variant's
+    # PyTorch's blocks, then each variant's (a noisy block is timed again: up to BLOCKS per side), never interleaved
+    torch_blocks = next(i for i, n in enumerate(blocks) if n == 0)
+    assert 1 <= torch_blocks <= bench.BLOCKS and all(n == 0 for n in blocks[torch_blocks:]), blocks
+    assert 2 <= len(blocks) - torch_blocks <= 2 * bench.BLOCKS, blocks
     assert len(calls) >= FAST_BENCH.bench_warmup + found["fp32"].torch.runs
 
 

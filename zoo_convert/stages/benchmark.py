@@ -76,7 +76,8 @@ MAX_RUNS = 2000  # timed calls per side at most (a call of nothing would run for
 # One sample is as many back-to-back calls as last this long (one call when a call is longer): a tiny graph's
 # call lasts tens of microseconds, and one slow call (a page fault, a timer tick, a neighbour's burst) is a
 # sample of its own when calls are timed one by one. In the farm's latency phase on the 2-core VM, per-call
-# spreads of 0.2-0.75 (IQR / p50) came down to 0.02-0.15 (make demo: fp32 rows noisy 122 -> 12 of 136, with BLOCKS).
+# spreads of 0.2-0.75 (IQR / p50) came down to 0.02-0.15 (make demo, quiet: fp32 rows noisy 122 -> 12 of 136,
+# together with BLOCKS and the target checks no longer reloading their runtimes in the phase).
 SAMPLE_S = 0.005
 # A measurement whose interquartile range exceeds this share of its median is too spread to trust.
 NOISY_SPREAD = 0.15

@@ -133,20 +133,9 @@ def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:
 
     A child killed by a signal or past ``timeout_s`` raises OptimizeError naming the
     last :func:`step` it reported ("ONNX Runtime crashed (signal 11) loading model_fp16.onnx").
+    A :class:`Parked` child that never parks.
     """
-    import onnxruntime  # noqa: F401 - imported before the fork, so no child pays for it (nor imports under a fork)
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report and leave without running any of the parent's cleanup
-        os.close(read)
-        _child(fn, write)
-    os.close(write)
-    messages, status = _collect(pid, read, timeout_s)
-    result: T = _answer(messages, status, timeout_s)
-    return result
+    return Parked(fn, timeout_s=timeout_s).result()
 
 
 def _answer(messages: list[tuple[bytes, bytes]], status: int | None, timeout_s: float) -> Any:
@@ -166,7 +155,8 @@ def _answer(messages: list[tuple[bytes, bytes]], status: int | None, timeout_s: 
 
 
 class Parked(Generic[T]):
-    """``fn()`` in a forked child, as :func:`run_forked`, that may stop half-way to wait for its parent (:func:`wait_for_go`).
+    """``fn()`` in a forked child, its result or its failure brought back, and the child may stop half-way to wait
+    for its parent (:func:`wait_for_go`); :func:`run_forked` is one that never does.
 
     The deployment targets' checks run this way: a child loads a variant's graphs and checks them
     beside the node's conversions, then parks with its sessions open until the job's latency
@@ -176,7 +166,7 @@ class Parked(Generic[T]):
     """
 
     def __init__(self, fn: Callable[[], T], *, timeout_s: float) -> None:
-        import onnxruntime  # noqa: F401 - as run_forked's
+        import onnxruntime  # noqa: F401 - imported before the fork, so no child pays for it (nor imports under a fork)
 
         sys.stdout.flush()
         sys.stderr.flush()
@@ -244,23 +234,30 @@ def wait_for_go() -> None:
 
 
 def _until_parked(pid: int, fd: int, timeout_s: float) -> tuple[bytes, str]:
-    """The child's messages until it parks ("parked"), closes its end ("closed") or is killed at ``timeout_s`` ("killed")."""
+    """The child's messages until it parks ("parked"), closes its end ("closed") or is killed at ``timeout_s`` ("killed").
+
+    Read as they come (a big result must not fill the pipe); only the headers are looked at on the way.
+    """
     deadline = time.monotonic() + timeout_s
-    buffer = b""
+    buffer = bytearray()
+    at = 0  # where the next message's header starts
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             os.kill(pid, signal.SIGKILL)
-            return buffer, "killed"
+            return bytes(buffer), "killed"
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue
         chunk = os.read(fd, 1 << 20)
         if not chunk:
-            return buffer, "closed"
+            return bytes(buffer), "closed"
         buffer += chunk
-        if any(kind == _PARKED for kind, _ in _split(buffer)):
-            return buffer, "parked"
+        while at + _HEADER.size <= len(buffer):
+            kind, size = _HEADER.unpack_from(buffer, at)
+            if kind == _PARKED:
+                return bytes(buffer), "parked"
+            at += _HEADER.size + size
 
 
 def step(actor: str, doing: str) -> None:
