@@ -671,22 +671,24 @@ def run(
 
 
 @cli.command("verify-target")
-@click.argument("folder", type=click.Path(file_okay=False, exists=True))
+@click.argument("folders", metavar="FOLDER...", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
 @click.option("--target", "target_names", required=True, callback=lambda ctx, param, value: _targets(value),
               help=f"comma-separated, of {','.join(TARGETS)}")
 @click.option("--variants", help="comma-separated variants to check [default: every variant the folder has]")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON record per variant and target.")
-def verify_target(folder: str, target_names: tuple[str, ...], variants: str | None, as_json: bool) -> None:
-    """Re-check an artifact folder on deployment targets from its saved reference: no PyTorch, no checkpoint.
+@click.option("--json", "as_json", is_flag=True, help="print one JSON record per folder, variant and target.")
+def verify_target(folders: tuple[str, ...], target_names: tuple[str, ...], variants: str | None, as_json: bool) -> None:
+    """Re-check artifact folders on deployment targets from their saved reference: no PyTorch, no checkpoint.
 
-    What a user runs after upgrading a runtime. Reads FOLDER/reference/ (written by every conversion)
-    and prints one line per variant and target; exits 1 when any of them did not pass.
+    What a user runs after upgrading a runtime, or on a GPU node that never converted anything. Reads
+    FOLDER/reference/ (written by every conversion) and prints one line per folder, variant and target; exits 1
+    when any of them did not pass. A folder without a saved reference is reported and the others still run.
 
     Example:
 
     \b
         zoo-convert verify-target build/demo/artifacts/zoo__bert/optimum-* --target openvino
         zoo-convert verify-target build/demo/artifacts/zoo__bert/optimum-* --target ort-cpu,transformers.js --variants fp32,int8
+        zoo-convert verify-target build/demo/artifacts/zoo__bert/optimum-* build/demo/artifacts/zoo__vit/optimum-* --target ort-cpu --json
     """
     import dataclasses
     import json
@@ -694,20 +696,30 @@ def verify_target(folder: str, target_names: tuple[str, ...], variants: str | No
     from . import targets as registry
 
     chosen = _variants(variants) if variants else None
-    try:
-        rows = [r for name in target_names for r in registry.check_folder(Path(folder), name, chosen)]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    for r in rows:
-        if as_json:
-            click.echo(json.dumps({k: v for k, v in dataclasses.asdict(r).items() if k != "checks"}, default=str))
+    everything_passed = True
+    for folder in folders:
+        try:
+            rows = [r for name in target_names for r in registry.check_folder(Path(folder), name, chosen)]
+        except ValueError as exc:
+            if len(folders) == 1:
+                raise UsageError(str(exc)) from exc
+            click.echo(f"{folder}: {exc}", err=True)  # one unreadable folder never hides the others' rows
+            everything_passed = False
             continue
-        numbers = (f"max abs {r.max_abs:.3g}, cosine {r.min_cosine:.6f}" if r.max_abs is not None and r.min_cosine is not None
-                   else "")  # fmt: skip
-        latency = f", {r.latency_ms:.3g} ms" if r.latency_ms is not None else ""
-        click.echo(f"{r.target:<16} {r.version or '-':<10} {r.variant:<6} {r.status:<12} {numbers}{latency}"
-                   f"{'  ' + r.message if r.message else ''}")  # fmt: skip
-    sys.exit(0 if rows and all(r.status == PASSED for r in rows) else 1)
+        everything_passed = everything_passed and bool(rows) and all(r.status == PASSED for r in rows)
+        if len(folders) > 1 and not as_json:
+            click.echo(folder)
+        for r in rows:
+            if as_json:
+                record = {k: v for k, v in dataclasses.asdict(r).items() if k != "checks"}
+                click.echo(json.dumps({"folder": folder, **record}, default=str))
+                continue
+            numbers = (f"max abs {r.max_abs:.3g}, cosine {r.min_cosine:.6f}" if r.max_abs is not None and r.min_cosine is not None
+                       else "")  # fmt: skip
+            latency = f", {r.latency_ms:.3g} ms" if r.latency_ms is not None else ""
+            click.echo(f"{r.target:<16} {r.version or '-':<10} {r.variant:<6} {r.status:<12} {numbers}{latency}"
+                       f"{'  ' + r.message if r.message else ''}")  # fmt: skip
+    sys.exit(0 if everything_passed else 1)
 
 
 @cli.group()
@@ -812,3 +824,7 @@ def main() -> None:
             sys.stderr.flush()
             os._exit(done.code if isinstance(done.code, int) else 1)
         raise
+
+
+if __name__ == "__main__":  # ``python -m zoo_convert.cli``: a checkout on a node where nothing was installed (a GPU node re-checking)
+    main()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -67,6 +70,25 @@ def test_verify_target_rechecks_a_folder(folders: dict[str, Path]) -> None:
     unsupported = CliRunner().invoke(cli, ["verify-target", str(folders["data2vec-text"]), "--target", "transformers.js",
                                            "--variants", "fp32"])  # fmt: skip
     assert unsupported.exit_code == 1 and " unsupported " in unsupported.output
+
+
+def test_verify_target_over_several_folders_reports_each_and_skips_none(folders: dict[str, Path], tmp_path: Path) -> None:
+    """What a GPU node runs over a whole farm's artifacts: one JSON row per folder, variant and target; a folder
+    without a saved reference is said on stderr and the others still run."""
+    done = CliRunner().invoke(cli, ["verify-target", str(folders["bert"]), str(tmp_path), str(folders["deberta"]),
+                                    "--target", "ort-cpu", "--variants", "fp32", "--json"])  # fmt: skip
+    assert done.exit_code == 1, done.output  # the folder without a reference
+    rows = [json.loads(ln) for ln in done.stdout.splitlines()]
+    assert [(Path(r["folder"]), r["target"], r["variant"], r["status"]) for r in rows] == [
+        (folders["bert"], "ort-cpu", "fp32", "passed"), (folders["deberta"], "ort-cpu", "fp32", "passed")]
+    assert f"{tmp_path}: " in done.stderr and "has no saved reference" in done.stderr
+
+
+def test_python_m_zoo_convert_cli_is_the_cli() -> None:
+    """A GPU node that only re-checks saved references runs the CLI from a checkout, uninstalled."""
+    done = subprocess.run([sys.executable, "-m", "zoo_convert.cli", "verify-target", "--help"], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[2], check=False)  # fmt: skip
+    assert done.returncode == 0 and "FOLDER..." in done.stdout, done.stderr
 
 
 def test_verify_target_on_a_folder_without_reference_is_usage(tmp_path: Path) -> None:

@@ -231,9 +231,12 @@ def _runs_in(c: Candidate, in_repo: set[str]) -> list[str]:
         "",
     ]
     if any(passed.values()):
-        lines += ["| target | version | variants passed |", "|---|---|---|"]
+        # The graph each target ran: other runtimes read onnx/standard/ where a variant ships ONNX Runtime's CPU fusions.
+        lines += ["| target | version | variants passed | graphs it ran |", "|---|---|---|---|"]
         lines += [f"| {printable(n)} | {printable(next((t.version for t in passed[n] if t.version), '-'))} "
-                  f"| {', '.join(printable(t.variant) for t in passed[n])} |" for n in names if passed[n]]  # fmt: skip
+                  f"| {', '.join(printable(t.variant) for t in passed[n])} "
+                  f"| {', '.join(dict.fromkeys(printable(g) for t in passed[n] for g in (t.graph or '-').split(',')))} |"
+                  for n in names if passed[n]]  # fmt: skip
         lines.append("")
     else:
         lines += ["No target passed.", ""]

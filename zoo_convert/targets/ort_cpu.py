@@ -77,8 +77,9 @@ class OrtCpu(Target):
                     f" (it has {', '.join(available)})")  # fmt: skip
         return None
 
-    def provider_options(self) -> list[Any]:
-        """The providers a session is asked for, in preference order (the GPU targets keep the CPU as ORT's fallback)."""
+    def provider_options(self, variant: str) -> list[Any]:
+        """The providers a session of ``variant`` is asked for, in preference order (names, or (name, options));
+        the GPU targets keep the CPU as ONNX Runtime's own fallback."""
         return [self.provider]
 
     def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
@@ -89,17 +90,21 @@ class OrtCpu(Target):
         opts.inter_op_num_threads = 1
         sessions = {}
         used: list[str] = []
+        options: dict[str, dict[str, str]] = {}
         for comp, path in files.items():
             try:
-                session = ort.InferenceSession(str(path), sess_options=opts, providers=self.provider_options())
+                session = ort.InferenceSession(str(path), sess_options=opts, providers=self.provider_options(variant))
             except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
                 if is_our_bug(exc):
                     raise
                 raise TargetError(f"ONNX Runtime cannot load {Path(path).name}: {exc}") from exc
             sessions[comp] = session
             used += [p for p in session.get_providers() if p not in used]
+            options.update(session.get_provider_options())
         if self.provider not in used:
             # ONNX Runtime fell back silently: whatever it computes is not this target's result.
             raise TargetNotRun(f"{self.name}: ONNX Runtime fell back to {', '.join(used)}; {self.provider} did not load,"
                                " so no result is recorded as this target's")  # fmt: skip
-        return OrtLoaded(sessions, ",".join(used), self.provider)
+        # The precision mode a provider really ran in is part of what ran it (CUDA's TF32 math, say).
+        named = [f"{p} (use_tf32={options[p]['use_tf32']})" if "use_tf32" in options.get(p, {}) else p for p in used]
+        return OrtLoaded(sessions, ",".join(named), self.provider)

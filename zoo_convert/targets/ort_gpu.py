@@ -8,9 +8,15 @@ the target's provider is ``not-run``, never a GPU result (:meth:`OrtCpu.load`). 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import glob
+import io
+from pathlib import Path
 from typing import Any
 
+from ..errors import TargetNotRun
+from .base import Loaded
 from .ort_cpu import OrtCpu
 
 
@@ -19,14 +25,71 @@ def gpu_devices() -> list[str]:
     return sorted(glob.glob("/dev/nvidia[0-9]*"))
 
 
+@functools.cache
+def preload_cuda() -> str:
+    """Load the CUDA and cuDNN libraries from the nvidia wheels beside onnxruntime-gpu (its own ``preload_dlls``).
+
+    A farm job imports torch first, which loads them; ``verify-target`` on a GPU node imports no torch, and
+    without this ONNX Runtime finds no libcublas, falls back to the CPU and the row is ``not-run``. What
+    ``preload_dlls`` prints (it reports a missing library on stdout) is returned, never mixed into ``--json``.
+    """
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is None:
+        return ""
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        preload()
+    return said.getvalue().strip()
+
+
+@functools.cache
+def providers_that_load(providers: tuple[str, ...]) -> tuple[str, ...]:
+    """The providers ONNX Runtime really gives a one-node session asked for ``providers``.
+
+    A provider "available" in the build can still fail to load (TensorRT's libnvinfer missing, say): ONNX
+    Runtime logs it and falls back. Asked once per process, so such a node's rows are all ``not-run`` with
+    that reason, never a variant's ``failed`` for a session that could not even start on the target.
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=list(providers))
+    onnx.checker.check_model(model)
+    return tuple(session.get_providers())
+
+
 class _OnGpu(OrtCpu):
     gpu = True
+    # The fused graph holds ONNX Runtime's CPU fusions (FusedConv with activations CUDA has no kernel for: 13 of
+    # 139 zoo models did not load on an H200); the standard graph is fused by the GPU provider itself.
+    standard_ops = True
 
     def unavailable(self) -> str | None:
         why = super().unavailable()
         if why is None and not gpu_devices():
             return f"{self.name}: no GPU on this node"
+        if why is None:
+            said = preload_cuda()
+            got = providers_that_load(tuple(p if isinstance(p, str) else p[0] for p in self.provider_options("fp16")))
+            if self.provider not in got:
+                return (f"{self.name}: {self.provider} does not load on this node (ONNX Runtime falls back to"
+                        f" {', '.join(got)}){' - ' + said[:300] if said else ''}")  # fmt: skip
         return why
+
+    def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
+        said = preload_cuda()
+        try:
+            return super().load(folder, variant, files)
+        except TargetNotRun as exc:
+            # Why the provider did not load is usually a library preload_dlls could not find: say which.
+            raise TargetNotRun(f"{exc} ({said[:300]})" if said else str(exc)) from exc
 
 
 class OrtCuda(_OnGpu):
@@ -35,8 +98,11 @@ class OrtCuda(_OnGpu):
     name = "ort-cuda"
     provider = "CUDAExecutionProvider"
 
-    def provider_options(self) -> list[Any]:
-        return [self.provider, "CPUExecutionProvider"]
+    def provider_options(self, variant: str) -> list[Any]:
+        # CUDA runs fp32 MatMuls and attention in TF32 by default (10 bits of mantissa on Ampere and later): on an
+        # H200 that put 13 of 25 tiny fp32 models 1e-4 to 3e-3 off PyTorch at cosine 1.000000. An fp32 variant is
+        # judged at fp32, as OpenVINO's is at its f32 hint: a math mode is never mistaken for a bad export.
+        return [(self.provider, {"use_tf32": "0" if variant == "fp32" else "1"}), "CPUExecutionProvider"]
 
 
 class OrtTensorRT(_OnGpu):
@@ -45,5 +111,6 @@ class OrtTensorRT(_OnGpu):
     name = "ort-tensorrt"
     provider = "TensorrtExecutionProvider"
 
-    def provider_options(self) -> list[Any]:
-        return [self.provider, "CUDAExecutionProvider", "CPUExecutionProvider"]
+    def provider_options(self, variant: str) -> list[Any]:
+        cuda = ("CUDAExecutionProvider", {"use_tf32": "0" if variant == "fp32" else "1"})
+        return [self.provider, cuda, "CPUExecutionProvider"]
