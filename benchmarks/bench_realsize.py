@@ -24,14 +24,19 @@ command timed end to end with its process tree's memory sampled from /proc:
   on it (the ViT fuser for the ViT, ORT's own optimizations for the CNNs);
 * ``ours fp32``: ``zoo-convert convert --variants fp32 --no-benchmark`` (export,
   check, fused fp32 verified against PyTorch in its forked child, at two shapes and the long one);
-* ``ours all``: ``zoo-convert convert`` (fp32, fp16, int8, each verified and timed).
+  both ``ours`` commands with ``--targets none``: the deployment targets (on by default where installed, 20 s
+  of whisper-tiny's 95 s fp32 run with the test suite beside it, plus the standard-ops graph they read) are
+  checks optimum-cli does not make, measured by ``bench_targets.py``;
+* ``ours all``: ``zoo-convert convert`` (fp32, fp16, int8, each verified and timed); judged without its latency
+  measurement (its wall less the benchmark stage's seconds, from its result.json: in the farm the latency is a
+  phase of its own), which is printed beside it.
 
 Both CLIs use every CPU of the machine (``convert``'s ``--threads`` default; a farm job
 runs on one).
 
-Targets: ours fp32 wall <= 1.0x optimum's and peak memory <= 1.0x; ours all
-<= 2.0x optimum's wall; the > 2 GB model's peak (ours all) <= 2.5x its fp32
-weight bytes. Wall is noisy on a shared machine, so CPU seconds (user + sys of
+Targets: ours fp32 wall <= 0.9x optimum's and peak memory <= 0.9x; ours all,
+its latency left out, <= 1.3x optimum's wall; the > 2 GB model's peak (ours all) <= 2.5x its fp32
+weight bytes. With ``--repeat N`` the median run is judged and each side's spread (max - min over median) printed. Wall is noisy on a shared machine, so CPU seconds (user + sys of
 the whole tree) are printed beside it; per-stage seconds come from the
 result.json the run wrote, verify time among them.
 
@@ -65,7 +70,9 @@ from _realsize import MODELS, RealModel, hub_cache, is_built, minilm_dir, weight
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT_DIR = ROOT / "build" / "realsize" / "ckpt"
-FP32_WALL, FP32_MEM, ALL_WALL, BIG_MEM = 1.0, 1.0, 2.0, 2.5
+# The cost issue's goals: fp32 <= 0.9x O2's wall and memory; every variant made and verified <= 1.3x O2's wall, the
+# latency measurement apart (in the farm it is a phase of its own), printed beside it.
+FP32_WALL, FP32_MEM, ALL_WALL, BIG_MEM = 0.9, 0.9, 1.3, 2.5
 REPEAT_SPREAD = 0.05
 # timm's second baseline: optimum's plain export, then ORT's transformers optimizer at O2 on it (by_hand_cmd).
 BY_HAND = "ORT O2"
@@ -148,7 +155,10 @@ def by_hand_cmd(model: RealModel, plain: Path, out: Path) -> list[str]:
 
 
 def ours_cmd(ckpt: Path, task: str, out: Path, *flags: str) -> list[str]:
-    return [str(BIN / "zoo-convert"), "convert", str(ckpt), "--task", task, "--out", str(out), *flags]
+    """``zoo-convert convert`` without the deployment targets: they are checks optimum-cli has no counterpart of
+    (and whose standard-ops graphs optimize then makes too), measured by ``bench_targets.py``; this bench weighs
+    the conversion and its verification against optimum's."""
+    return [str(BIN / "zoo-convert"), "convert", str(ckpt), "--task", task, "--out", str(out), "--targets", "none", *flags]
 
 
 def run_side(side: Side, cmd: list[str], out: Path, logs: Path, env: dict[str, str] | None = None) -> None:
@@ -178,6 +188,17 @@ def stages(result: dict | None) -> dict[str, float]:
                 if isinstance(d, dict) and "seconds" in d:
                     out[f"optimize[{v}]"] = d["seconds"]
     return out
+
+
+def latency_s(result: dict | None) -> float:
+    """The benchmark stage's seconds of one result.json (0 where it did not run)."""
+    return stages(result).get("benchmark", 0.0)
+
+
+def spread(side: Side) -> float:
+    """(max - min) / median of a side's walls: what one run's figure can move by."""
+    walls = [m.wall_s for m in side.runs]
+    return (max(walls) - min(walls)) / statistics.median(walls) if len(walls) > 1 else 0.0
 
 
 def peak_stage(result: dict | None) -> str:
@@ -335,15 +356,20 @@ def main() -> int:
         print(f"\npart 1: end to end per command ({'median of ' + str(args.repeat) if args.repeat > 1 else 'one run'});"
               " peak = process tree's peak memory (PSS sum, or the main process's VmHWM if higher)")  # fmt: skip
         print(f"{'model':14}{'weights':>8} | {'optimum O2':^24} | {'ours fp32':^24} | {'ours all':^24} | "
-              f"{'fp32/O2':^15} | {'all/O2':>6}")  # fmt: skip
+              f"{'fp32/O2':^15} | {'all/O2, latency apart':^27}")  # fmt: skip
         print(f"{'':14}{'GB':>8} | {'wall s':>7}{'cpu s':>8}{'GB':>8}  | {'wall s':>7}{'cpu s':>8}{'GB':>8}  | "
-              f"{'wall s':>7}{'cpu s':>8}{'GB':>8}  | {'wall':>6}{'mem':>7}   | {'wall':>6}")  # fmt: skip
+              f"{'wall s':>7}{'cpu s':>8}{'GB':>8}  | {'wall':>6}{'mem':>7}   | {'wall':>6}{'latency s':>11}{'with it':>9}")  # fmt: skip
         for name, sides in results.items():
             o, f, a = (sides[k].median for k in ("optimum O2", "ours fp32", "ours all"))
+            lat = latency_s(sides["ours all"].result)
             star = "*" if next(m for m in MODELS if m.name == name).timm else ""
             print(f"{name + star:14}{weights[name] / GB:>8.2f} | "
                   + " | ".join(f"{m.wall_s:>7.1f}{m.cpu_s:>8.1f}{m.peak_bytes / GB:>8.2f} " for m in (o, f, a))
-                  + f" | {f.wall_s / o.wall_s:>5.2f}x{f.peak_bytes / o.peak_bytes:>6.2f}x  | {a.wall_s / o.wall_s:>5.2f}x")  # fmt: skip
+                  + f" | {f.wall_s / o.wall_s:>5.2f}x{f.peak_bytes / o.peak_bytes:>6.2f}x  |"
+                  f" {(a.wall_s - lat) / o.wall_s:>5.2f}x{lat:>11.1f}{a.wall_s / o.wall_s:>8.2f}x")  # fmt: skip
+        if args.repeat > 1:
+            print("spread of the walls over the repeats, (max - min) / median: " + "; ".join(
+                f"{name} " + ", ".join(f"{k} {spread(s):.0%}" for k, s in sides.items()) for name, sides in results.items()))  # fmt: skip
         if any(next(m for m in MODELS if m.name == n).timm for n in results):
             print("* timm: optimum's side is its plain export, read from a Hub id (offline cache) as optimum loads timm:"
                   " its --optimize fails on every timm checkpoint (ORTOptimizer reads config.json with AutoConfig)")  # fmt: skip
@@ -373,9 +399,10 @@ def main() -> int:
             checks[f"{name}: every run succeeded"] = all(s.ok for s in sides.values())
             checks[f"{name}: fp32 wall <= {FP32_WALL:g}x"] = f.wall_s <= FP32_WALL * o.wall_s
             checks[f"{name}: fp32 memory <= {FP32_MEM:g}x"] = f.peak_bytes <= FP32_MEM * o.peak_bytes
-            checks[f"{name}: all variants wall <= {ALL_WALL:g}x"] = a.wall_s <= ALL_WALL * o.wall_s
+            lat = latency_s(sides["ours all"].result)
+            checks[f"{name}: all variants wall, latency apart, <= {ALL_WALL:g}x"] = a.wall_s - lat <= ALL_WALL * o.wall_s
             summary.append(f"{name} fp32 {f.wall_s / o.wall_s:.2f}x wall {f.peak_bytes / o.peak_bytes:.2f}x mem,"
-                           f" all {a.wall_s / o.wall_s:.2f}x")  # fmt: skip
+                           f" all {(a.wall_s - lat) / o.wall_s:.2f}x (+{lat:.1f} s latency)")  # fmt: skip
             if next(m for m in MODELS if m.name == name).big:
                 ratio = max(f.peak_bytes, a.peak_bytes) / weights[name]
                 print(f"{name}: peak memory {max(f.peak_bytes, a.peak_bytes) / GB:.2f} GB = {ratio:.2f}x its "

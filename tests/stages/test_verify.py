@@ -424,6 +424,36 @@ def test_the_bound_is_elementwise_as_allclose() -> None:
     assert compare("logits", "1x7", ref, ref * 1.01, SETTINGS.tolerances["int8"]).bound_used == 0.0
 
 
+def test_compare_in_chunks_is_compare_over_the_whole_output() -> None:
+    """compare works chunk by chunk (cache-sized): an output spanning chunks, with its one bad element, its
+    non-finite values and masked positions in a later chunk, gets the figures a whole-array float64 pass gives."""
+    from zoo_convert.verify.compare import CHUNK, compare
+
+    rng = np.random.default_rng(3)
+    n = 2 * CHUNK + 1001
+    ref = (rng.standard_normal(n) * 4).astype(np.float32)
+    got = ref + (rng.standard_normal(n) * 1e-6).astype(np.float32)
+    got[CHUNK + 17] += np.float32(0.01)  # the one element over its bound, in the second chunk
+    ref[2 * CHUNK + 5] = got[2 * CHUNK + 5] = np.inf  # non-finite in both: not counted against ORT
+    got[2 * CHUNK + 9] = np.nan  # NaN where PyTorch was finite: a mismatch, in the last chunk
+    keep = np.ones(n, dtype=bool)
+    keep[CHUNK - 3 : CHUNK + 3] = False  # masked positions across a chunk boundary
+    tol = SETTINGS.tolerances["fp32"]
+    check = compare("logits", "1x7", ref, got, tol, keep=keep)
+
+    r, g = ref[keep].astype(np.float64), got[keep].astype(np.float64)
+    both = np.isfinite(r) & np.isfinite(g)
+    diff = np.abs(r[both] - g[both])
+    assert check.nan == 1 and check.inf == 1 and not check.passed
+    assert check.max_abs == diff.max() and check.mean_abs == pytest.approx(diff.mean(), rel=1e-12)
+    assert check.max_rel == (diff / np.maximum(np.abs(r[both]), 1e-6)).max()
+    assert check.bound_used == (diff / (tol.max_abs + tol.rtol * np.abs(r[both]))).max() > 1
+    cosine = r[both] @ g[both] / (np.linalg.norm(r[both]) * np.linalg.norm(g[both]))
+    assert check.cosine == pytest.approx(cosine, abs=1e-12)
+    got[2 * CHUNK + 9], got[CHUNK + 17] = ref[2 * CHUNK + 9], ref[CHUNK + 17]
+    assert compare("logits", "1x7", ref, got, tol, keep=keep).passed  # fixed, it passes: nothing else was off
+
+
 def test_longrope_traced_past_its_threshold_is_right_there_and_wrong_below(
     zoo_export, checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,9 @@ import numpy as np
 
 from ..checks import OutputCheck, Tolerance
 
+# Values compared per step (1 MB of float64 per temporary).
+CHUNK = 1 << 17
+
 
 def peak(ref: np.ndarray) -> float:
     """The largest finite magnitude of a reference (what an error is measured against)."""
@@ -39,23 +42,40 @@ def compare(
                            mismatch=mismatch)  # fmt: skip
     if keep is not None:
         ref, got = ref[keep], got[keep]
-    nan = int(np.isnan(got).sum()) if floating else 0
-    inf = int(np.isinf(got).sum()) if floating else 0
-    r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
-    finite_r, finite_g = np.isfinite(r), np.isfinite(g)
-    # Non-finite values only count against ORT where PyTorch had a finite value.
-    finite_mismatch = int((finite_r != finite_g).sum())
-    both = finite_r & finite_g
-    r, g = r[both], g[both]
-    diff = np.abs(r - g)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    mean_abs = float(diff.mean()) if diff.size else 0.0
-    max_rel = float((diff / np.maximum(np.abs(r), 1e-6)).max()) if diff.size else 0.0
-    norms = float(np.linalg.norm(r) * np.linalg.norm(g))
-    cosine = float(r @ g / norms) if norms > 0 else (1.0 if max_abs == 0.0 else 0.0)
-    used = bound_used(r, diff, tol)
+    # In chunks that stay in the CPU's cache: over a whole output every step below is a pass over memory, in
+    # float64, and whisper-tiny's ~50 M compared values per check made compare cost more than ONNX Runtime's
+    # runs (3.7x slower than this, the same figures but the cosine's last bits: sums taken chunk by chunk).
+    ref_all, got_all = ref.ravel(), got.ravel()
+    bounded = bool(np.isfinite(tol.max_abs))
+    nan = inf = finite_mismatch = count = 0
+    max_abs = sum_abs = max_rel = rr = gg = rg = used = 0.0
+    for start in range(0, ref_all.size, CHUNK):
+        got_part = got_all[start : start + CHUNK]
+        if floating:
+            nan += int(np.isnan(got_part).sum())
+            inf += int(np.isinf(got_part).sum())
+        r, g = ref_all[start : start + CHUNK].astype(np.float64), got_part.astype(np.float64)
+        finite_r, finite_g = np.isfinite(r), np.isfinite(g)
+        if not (finite_r.all() and finite_g.all()):
+            # Non-finite values only count against ORT where PyTorch had a finite value.
+            finite_mismatch += int((finite_r != finite_g).sum())
+            both = finite_r & finite_g
+            r, g = r[both], g[both]
+        if not r.size:
+            continue
+        diff = np.abs(r - g)
+        count += diff.size
+        max_abs = max(max_abs, float(diff.max()))
+        sum_abs += float(diff.sum())
+        max_rel = max(max_rel, float((diff / np.maximum(np.abs(r), 1e-6)).max()))
+        rr, gg, rg = rr + float(r @ r), gg + float(g @ g), rg + float(r @ g)
+        if bounded:
+            used = max(used, bound_used(r, diff, tol))
+    mean_abs = sum_abs / count if count else 0.0
+    norms = float(np.sqrt(rr) * np.sqrt(gg))
+    cosine = float(rg / norms) if norms > 0 else (1.0 if max_abs == 0.0 else 0.0)
     passed = finite_mismatch == 0 and used <= 1.0 and cosine >= tol.min_cosine
-    if ref.size == 1 and diff.size and not np.isfinite(tol.max_abs):
+    if ref.size == 1 and count and not bounded:
         passed = passed and max_rel <= single_value_rel(tol)
     return OutputCheck(output, shape, max_abs, max_rel, mean_abs, cosine, nan, inf, passed=passed, bound_used=used)
 
