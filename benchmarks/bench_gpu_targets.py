@@ -48,7 +48,10 @@ def device_names() -> str:
 
 
 def cluster(message: str) -> str:
-    """A failure's signature: numbers, paths and quoted names blanked, so one cause is one line."""
+    """A failure's signature: numbers, paths and quoted names blanked, so one cause is one line.
+
+    A rougher cousin of the DB's ``failure_signature`` macro (store/schema.py): a GPU node that only re-checks
+    needs no DuckDB; load ``--out``'s rows into the DB for the real clustering."""
     text = re.sub(r"/\S+", "<path>", message)
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "<name>", text)
     return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)[:160]

@@ -12,11 +12,8 @@ import contextlib
 import functools
 import glob
 import io
-from pathlib import Path
 from typing import Any
 
-from ..errors import TargetNotRun
-from .base import Loaded
 from .ort_cpu import OrtCpu
 
 
@@ -52,7 +49,6 @@ def providers_that_load(providers: tuple[str, ...]) -> tuple[str, ...]:
     Runtime logs it and falls back. Asked once per process, so such a node's rows are all ``not-run`` with
     that reason, never a variant's ``failed`` for a session that could not even start on the target.
     """
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -60,9 +56,7 @@ def providers_that_load(providers: tuple[str, ...]) -> tuple[str, ...]:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    session = ort.InferenceSession(model.SerializeToString(), providers=list(providers))
-    onnx.checker.check_model(model)
-    return tuple(session.get_providers())
+    return tuple(ort.InferenceSession(model.SerializeToString(), providers=list(providers)).get_providers())
 
 
 class _OnGpu(OrtCpu):
@@ -70,26 +64,27 @@ class _OnGpu(OrtCpu):
     # The fused graph holds ONNX Runtime's CPU fusions (FusedConv with activations CUDA has no kernel for: 13 of
     # 139 zoo models did not load on an H200); the standard graph is fused by the GPU provider itself.
     standard_ops = True
+    # The providers a session asks for, in order: the target's, then what ONNX Runtime itself would fall back to.
+    chain: tuple[str, ...] = ()
+
+    def provider_options(self, variant: str) -> list[Any]:
+        # CUDA runs fp32 MatMuls and attention in TF32 by default (10 bits of mantissa on Ampere and later): on an
+        # H200 that put 13 of 25 tiny fp32 models 1e-4 to 3e-3 off PyTorch at cosine 1.000000. An fp32 variant is
+        # judged at fp32, as OpenVINO's is at its f32 hint: a math mode is never mistaken for a bad export.
+        cuda = {"use_tf32": "0" if variant == "fp32" else "1"}
+        return [(p, cuda) if p == "CUDAExecutionProvider" else p for p in self.chain]
 
     def unavailable(self) -> str | None:
         why = super().unavailable()
         if why is None and not gpu_devices():
             return f"{self.name}: no GPU on this node"
         if why is None:
-            said = preload_cuda()
-            got = providers_that_load(tuple(p if isinstance(p, str) else p[0] for p in self.provider_options("fp16")))
+            said = preload_cuda()  # before any session: a farm job has the libraries from torch, verify-target not
+            got = providers_that_load(self.chain)
             if self.provider not in got:
                 return (f"{self.name}: {self.provider} does not load on this node (ONNX Runtime falls back to"
                         f" {', '.join(got)}){' - ' + said[:300] if said else ''}")  # fmt: skip
         return why
-
-    def load(self, folder: Path, variant: str, files: dict[str, Path]) -> Loaded:
-        said = preload_cuda()
-        try:
-            return super().load(folder, variant, files)
-        except TargetNotRun as exc:
-            # Why the provider did not load is usually a library preload_dlls could not find: say which.
-            raise TargetNotRun(f"{exc} ({said[:300]})" if said else str(exc)) from exc
 
 
 class OrtCuda(_OnGpu):
@@ -97,12 +92,7 @@ class OrtCuda(_OnGpu):
 
     name = "ort-cuda"
     provider = "CUDAExecutionProvider"
-
-    def provider_options(self, variant: str) -> list[Any]:
-        # CUDA runs fp32 MatMuls and attention in TF32 by default (10 bits of mantissa on Ampere and later): on an
-        # H200 that put 13 of 25 tiny fp32 models 1e-4 to 3e-3 off PyTorch at cosine 1.000000. An fp32 variant is
-        # judged at fp32, as OpenVINO's is at its f32 hint: a math mode is never mistaken for a bad export.
-        return [(self.provider, {"use_tf32": "0" if variant == "fp32" else "1"}), "CPUExecutionProvider"]
+    chain = (provider, "CPUExecutionProvider")
 
 
 class OrtTensorRT(_OnGpu):
@@ -110,7 +100,4 @@ class OrtTensorRT(_OnGpu):
 
     name = "ort-tensorrt"
     provider = "TensorrtExecutionProvider"
-
-    def provider_options(self, variant: str) -> list[Any]:
-        cuda = ("CUDAExecutionProvider", {"use_tf32": "0" if variant == "fp32" else "1"})
-        return [self.provider, cuda, "CPUExecutionProvider"]
+    chain = (provider, "CUDAExecutionProvider", "CPUExecutionProvider")
