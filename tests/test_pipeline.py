@@ -571,6 +571,26 @@ def test_the_benchmark_inputs_cost_no_pytorch_forward(zoo_dir: Path, tmp_path: P
     assert sorted(m[0] for m in made if m[1]) == [7, 19, 128] and all(m[2] for m in made if m[1])
 
 
+def test_fp16_is_made_from_the_fp32_candidate_kept_though_begun_from_one_being_checked(zoo_dir: Path, tmp_path: Path) -> None:
+    """Two threads: fp16 starts from each fp32 candidate while it is checked; the one from the kept graph ships.
+
+    An fp32 tolerance of 0 rejects both optimized candidates (the fused graph, ORT's offline one): fp32 keeps the
+    plain export, and fp16 is the plain export's, not the fused graph's it was begun from."""
+    from zoo_convert.records import Tolerance
+
+    strict = {**Settings().tolerances, "fp32": Tolerance(max_abs=0.0, min_cosine=1.0 + 1e-9)}
+    entry = ManifestEntry(source=str(zoo_dir / "bert"), task="feature-extraction", variants=("fp32", "fp16"))
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), tolerances=strict, benchmark=False, threads=2))
+    fp32 = result.variant("fp32").optimizer["components"]["model"]
+    fp16 = result.variant("fp16").optimizer["components"]["model"]
+    assert fp32["method"] == "none" and fp32["children_at_once"] == 2
+    assert "transformers optimizer (bert): output changed" in fp32["note"]
+    assert "ORT offline optimization: output changed" in fp32["note"]
+    assert fp16["source"] == "plain export" and "contrib_ops" not in fp16
+    onnx_dir = Path(result.artifacts_dir) / "onnx"
+    assert sorted(p.name for p in onnx_dir.iterdir()) == ["model.onnx", "model_fp16.onnx"]
+
+
 def test_a_variant_is_no_better_than_the_export_it_was_made_from(zoo_dir: Path, tmp_path: Path) -> None:
     """bigbird's fp32 fails at 1x128 (the export froze the wrong attention path); its fp16 and int8, made from
     the same export, land inside their looser tolerances, and fail with fp32's cause, their own numbers kept.

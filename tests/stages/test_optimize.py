@@ -370,6 +370,46 @@ def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) 
             ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
+def test_variants_made_side_by_side_are_the_graphs_made_one_at_a_time(exports, tmp_path: Path) -> None:
+    """A job with two threads makes int8 beside fp32 (then fp16): the same graphs as one child at a time."""
+    names = ("encoder_model", "decoder_model_merged")
+    made = {}
+    for threads in (1, 2):
+        exported = _exported(exports["t5"], tmp_path / f"threads{threads}", names)
+        made[threads] = optimize(exported, VARIANTS, Settings(threads=threads))
+    for variant in VARIANTS:
+        one, two = made[1][variant], made[2][variant]
+        assert {c: p.name for c, p in one.files.items()} == {c: p.name for c, p in two.files.items()} and one.files
+        for comp, path in one.files.items():
+            assert _weights(onnx.load(str(path))) == _weights(onnx.load(str(two.files[comp])))
+            assert _census(path) == _census(two.files[comp])
+        parts = {t: made[t][variant].details["components"] for t in (1, 2)}
+        assert [p["children_at_once"] for p in parts[1].values()] == [1, 1]
+        assert [p["children_at_once"] for p in parts[2].values()] == [2, 2]
+        assert [p.get("method") for p in parts[1].values()] == [p.get("method") for p in parts[2].values()]
+
+
+def test_forked_children_run_side_by_side_and_each_answers_when_it_is_done() -> None:
+    """Children forked from two threads run at once; a quick one's answer does not wait for a slow one's."""
+    import threading
+
+    done: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def run(name: str, seconds: float) -> None:
+        assert run_forked(lambda: time.sleep(seconds) or name, timeout_s=60) == name
+        done[name] = time.perf_counter() - t0
+
+    slow = threading.Thread(target=run, args=("slow", 3.0))
+    slow.start()
+    time.sleep(0.3)
+    for _ in range(5):  # forks while the slow child runs
+        run("quick", 0.0)
+        assert done["quick"] < 2.5 and "slow" not in done
+    slow.join()
+    assert done["slow"] >= 3.0
+
+
 def test_a_variant_that_cannot_be_made_is_data(tmp_path: Path, exports) -> None:
     """A second graph with nothing quantizable: int8 fails whole, fp32 and fp16 still ship."""
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch_size", 4])
@@ -718,8 +758,9 @@ def test_fusion_and_fp16_run_no_shape_inference_over_the_weights(
         monkeypatch.setattr(ort_float16, name, lambda *a, real=real, name=name, **k: (inferred.append(name), real(*a, **k))[1])
     config = json.loads((exports["bert"] / "checkpoint" / "config.json").read_text())
     plain = exports["bert"] / "onnx" / "model.onnx"
-    out, stats, census = _fuse(plain, tmp_path / "model.onnx", "bert", config, False, FUSION_OPT_LEVEL["bert"])
-    assert census["Attention"] == 2 and census["SkipLayerNormalization"] > 0 and stats["Attention"] == 2
+    out, census, extra = _fuse(plain, tmp_path / "model.onnx", "bert", config, False, FUSION_OPT_LEVEL["bert"])
+    assert census["Attention"] == 2 and census["SkipLayerNormalization"] > 0
+    assert extra["fused_operator_statistics"]["Attention"] == 2 and extra["contrib_ops"]["com.microsoft.Attention"] == 2
     fp16_model, _ = _to_fp16(out)
     assert inferred == []
     fed = _feeds(plain, config)

@@ -33,6 +33,7 @@ import select
 import signal
 import struct
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -71,6 +72,8 @@ def claim_into(path: Path) -> None:
 T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
+# Held from a child's pipes to its fork and the parent's closing of the child's ends (see Parked).
+_forking = threading.Lock()
 _HEADER = struct.Struct("!cI")  # message type, payload length
 _STEP, _RESULT, _RAISED, _PARKED = b"s", b"r", b"x", b"p"
 # Where the child writes its reports; None in a process that is not such a child.
@@ -171,17 +174,22 @@ class Parked(Generic[T]):
         sys.stdout.flush()
         sys.stderr.flush()
         self.timeout_s = timeout_s
-        read, write = os.pipe()
-        go_read, go_write = os.pipe()
-        self.pid = os.fork()
+        # Another thread's fork must not inherit this child's write end between fork and close (the optimize stage
+        # makes variants in several threads): the parent would read no end of this child's reports until that
+        # other child exited too.
+        with _forking:
+            read, write = os.pipe()
+            go_read, go_write = os.pipe()
+            self.pid = os.fork()
+            if self.pid != 0:
+                os.close(write)
+                os.close(go_read)
         if self.pid == 0:
             global _go_fd
             os.close(read)
             os.close(go_write)
             _go_fd = go_read
             _child(fn, write)
-        os.close(write)
-        os.close(go_read)
         buffer, state = _until_parked(self.pid, read, timeout_s)
         self.parked = state == "parked"
         self._pipes: tuple[int, int] | None = (read, go_write)

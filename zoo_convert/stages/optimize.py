@@ -1,6 +1,6 @@
 """The optimize stage: fp32 optimized, fp16, int8, uint8 and q4 variants of every exported graph.
 
-Per component, in this order (it matters):
+Per component (1 and 2 from the plain export, side by side where the job has the threads; 3 after 2; 4 last):
 
 1. int8  dynamic quantization of the PLAIN export (a fused graph has no MatMuls left to
          quantize; :mod:`zoo_convert.variants.int8`), streamed one weight at a time by :mod:`zoo_convert.variants.quantize` (ORT's
@@ -37,6 +37,11 @@ opens it in ONNX Runtime (one session) and, when the job's PyTorch references ar
 computed (``verify.references``), runs verify's checks on it
 (``Artifact.verified``): its transient copies, its session and any ONNX Runtime
 crash go with the child. The job's process holds one weightless graph per component.
+fp32's candidates are each made in one child and checked in another, and fp16 is begun from
+a candidate while it is checked (kept when fp32 keeps that candidate). A job runs as many
+children at once as it has threads (:func:`_lanes`): a farm job one, ``convert`` on a machine
+of its own its CPUs (int8 beside fp32, fp16 beside fp32's check). Components go one after the
+other: a decoder's generation check reads the encoder's variant where it ships.
 
 The export keeps every graph's weights in ``<file>_data`` beside it for the whole job;
 the variants are written the way loaders expect them: weights inside the graph
@@ -58,7 +63,8 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,9 +195,16 @@ def optimize(
     artifacts = {v: Artifact(variant=v, files={}, details={"components": {}}) for v in variants}
     # Scratch on the artifacts' file system, so placing a variant is a rename.
     with tempfile.TemporaryDirectory(dir=exported.out_dir, prefix=".optimize-") as scratch:
+        # One component after the other: a decoder's generation check encodes its prompt with the encoder's
+        # variant where it ships (verify.generation).
         for component in exported.components:
-            made = _component(exported, component, variants, settings, Path(scratch), check, standard)
+            lanes = _lanes(settings, _alone(component.path, settings), len(_first(variants)) + ("fp16" in variants))
+            lane = replace(settings, threads=max(1, settings.threads // lanes))  # each child's share of the threads
+            with ThreadPoolExecutor(lanes, "variant") as pool:  # the children, ``lanes`` at once
+                made = _component(exported, component, variants, settings, lane, Path(scratch), check, standard, pool)
+            _place(component, made, variants, settings)
             for variant, part in made.items():
+                part.details["children_at_once"] = lanes  # its seconds ran beside the others' when more than one
                 art = artifacts[variant]
                 art.details["components"][component.name] = part.details
                 if part.verified is not None:
@@ -229,61 +242,95 @@ def _component(
     component: Component,
     variants: tuple[str, ...],
     settings: Settings,
+    lane: Settings,
     scratch: Path,
     check: Check | None,
-    standard: bool = False,
+    standard: bool,
+    pool: ThreadPoolExecutor,
 ) -> dict[str, _Made]:
-    """All variants of one graph, each made in its own child; the plain export is replaced last."""
+    """All variants of one graph, each made in its own child in ``pool`` (on ``lane``'s threads), in scratch.
+
+    fp32 and the variants made from the plain export start at once; fp16 from each fp32 candidate as soon as
+    it is made (checked meanwhile), kept when that candidate is the one fp32 keeps.
+    """
     plain = component.path
     external = onnx_graph.disk_size(plain) > settings.external_data_threshold
-    made: dict[str, _Made] = {}
-    final = {v: plain.with_name(variant_file(plain.stem, v)) for v in variants}  # a pipeline's unet/model_fp16.onnx
+    final = _finals(component, variants)
     work = {v: scratch / component.name / v for v in (*variants, "fp32", *(f"{v}-standard" for v in STANDARD_VARIANTS))}
     for folder in work.values():
         folder.mkdir(parents=True, exist_ok=True)
+    fp16s: dict[Path, Future[_Made]] = {}  # fp16 by the fp32 candidate it was made from
 
-    for spec in REGISTRY.values():  # the variants made from the plain export, each by its maker (variants/)
-        variant = spec.name
-        if spec.maker is not None and variant in variants:
-            out = work[variant] / final[variant].name
-            quantize = functools.partial(maker(spec), plain, out, external, **spec.options)
-            make = functools.partial(_checked, exported, component, variant, quantize, settings, check)
-            made[variant] = _guarded(variant, make, settings)
-    if "fp32" in variants or "fp16" in variants:
-        out = work["fp32"] / plain.name
+    def fp16_from(source: Path, method: str) -> None:
+        # A merged decoder's fp16 reads the plain export, never the candidate fp32's check rewrites in place.
+        if "fp16" in variants:
+            out = work["fp16"] / method / final["fp16"].name
+            out.parent.mkdir(exist_ok=True)
+            fp16s[source] = pool.submit(_fp16_of, exported, component, source, method, out, external, lane, check)
+
+    started: dict[str, Future[_Made]] = {}
+    for variant in _first(variants):  # fp32 first: the longest way, through fp16
+        if variant == "fp32":
+            started[variant] = pool.submit(_fp32, exported, component, work["fp32"], external, lane, check, fp16_from)
+        else:
+            spec = REGISTRY[variant]
+            quantize = functools.partial(maker(spec), plain, work[variant] / final[variant].name, external, **spec.options)
+            make = functools.partial(_checked, exported, component, variant, quantize, lane, check)
+            started[variant] = pool.submit(_guarded, variant, make, settings)
+    made: dict[str, _Made] = {}
+    if "fp32" in started:
         try:
-            fp32 = run_forked(lambda: _fp32(exported, component, out, external, settings, check), timeout_s=settings.timeout_s)
+            fp32 = started.pop("fp32").result()
         except Exception as exc:  # noqa: BLE001 - re-raised as this variant's error
             if storage_fault(exc) is not None or is_our_bug(exc) or _internal(exc):
                 raise
             raise OptimizeError(f"fp32 of {component.name}: {first_line(exc)}") from exc
         if "fp32" in variants:
             made["fp32"] = fp32
-    if "fp16" in variants:
-        source, method = fp32.path, fp32.details["method"]
-        assert source is not None  # _fp32 always keeps a graph, the plain export at worst
-        out = work["fp16"] / final["fp16"].name
-        made["fp16"] = _guarded(
-            "fp16", lambda: _fp16(exported, component, source, method, out, external, settings, check), settings
-        )
-        if made["fp16"].path is None and method != "none" and made["fp16"].details["failure_kind"] != FailureKind.INTERNAL:
-            # The child died on the fp16 of the optimized graph (ONNX Runtime crashed loading it: a
-            # signal, which _fp16's own retry cannot catch): the plain export's, in a child of its own.
-            first = made["fp16"].details["error"]
-            retry = _guarded(
-                "fp16", lambda: _fp16(exported, component, plain, "none", out, external, settings, check), settings
-            )
-            retry.details["note"] = f"from the fp32 graph failed: {first}"
-            made["fp16"] = retry
+        if "fp16" in variants:
+            assert fp32.path is not None  # _fp32 always keeps a graph, the plain export at worst
+            for source, job in fp16s.items():
+                if source != fp32.path:
+                    job.cancel()  # made from a candidate fp32 did not keep: not begun, never begins
+            started["fp16"] = fp16s[fp32.path]
+    for variant, job in started.items():
+        made[variant] = job.result()
 
-    for variant in STANDARD_VARIANTS if standard else ():  # beside a graph with contrib ops, one of standard ops
-        if variant in made and made[variant].path is not None and made[variant].details.get("contrib_ops"):
-            out = work[f"{variant}-standard"] / final[variant].name
-            _add_standard(made[variant], _guarded(
-                variant, functools.partial(_standard, exported, component, variant, out, external, settings, check), settings
-            ), settings)  # fmt: skip
+    standards = {
+        variant: pool.submit(_guarded, variant, functools.partial(
+            _standard, exported, component, variant, work[f"{variant}-standard"] / final[variant].name, external, lane, check
+        ), settings)
+        for variant in (STANDARD_VARIANTS if standard else ())  # beside a graph with contrib ops, one of standard ops
+        if variant in made and made[variant].path is not None and made[variant].details.get("contrib_ops")
+    }  # fmt: skip
+    for variant, job in standards.items():
+        _add_standard(made[variant], job.result(), settings)
+    return made
 
-    # Move into onnx/ last: the fp32 file replaces the plain export every other variant read.
+
+def _first(variants: tuple[str, ...]) -> list[str]:
+    """The variants made from the plain export (fp32, when it or fp16 is asked, and each with a maker)."""
+    found = [v for v in ("fp32",) if "fp32" in variants or "fp16" in variants]
+    return found + [spec.name for spec in REGISTRY.values() if spec.maker is not None and spec.name in variants]
+
+
+def _alone(plain: Path, settings: Settings) -> bool:
+    """Whether the plain export ships as it is (a big model's, or one without a data file), and so may be rewritten in
+    place by a child (a merged decoder's branch outputs) that others would read meanwhile; and a big graph is one
+    each child would hold a copy of."""
+    return onnx_graph.disk_size(plain) > settings.external_data_threshold or not onnx_graph.data_path(plain).exists()
+
+
+def _finals(component: Component, variants: tuple[str, ...]) -> dict[str, Path]:
+    """Where each variant of the component ships: a pipeline's ``unet/model_fp16.onnx``."""
+    plain = component.path
+    return {v: plain.with_name(variant_file(plain.stem, v)) for v in variants}
+
+
+def _place(component: Component, made: dict[str, _Made], variants: tuple[str, ...], settings: Settings) -> None:
+    """Move the made variants into ``onnx/``: the fp32 file replaces the plain export every other variant read, last."""
+    plain = component.path
+    final = _finals(component, variants)
     for variant in variants:
         part = made[variant]
         if part.standard is not None:  # first: it may be the plain export itself (a big model's fp32)
@@ -293,10 +340,9 @@ def _component(
         part = made[variant]
         if part.path is not None:
             part.path = onnx_graph.move(part.path, final[variant])
-    if "fp32" not in variants and onnx_graph.data_path(plain).exists() and not external:
+    if "fp32" not in variants and onnx_graph.data_path(plain).exists() and not _alone(plain, settings):
         # No fp32 replaces the plain export: it goes back to the layout loaders expect.
         run_forked(lambda: onnx_graph.internalize(plain), timeout_s=settings.timeout_s)
-    return made
 
 
 def _standard(
@@ -345,6 +391,12 @@ def _contrib(path: Path) -> dict[str, int]:
     return dict(sorted(onnx_graph.contrib_ops(onnx_graph.load(path).graph).items()))
 
 
+def _contrib_details_of(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:
+    """:func:`_contrib_details` of a graph in memory."""
+    found = dict(sorted(onnx_graph.contrib_ops(graph).items()))
+    return {"contrib_ops": found} if found else {}
+
+
 def _ops(census: dict[str, int]) -> str:
     return ", ".join(f"{op} {n}" for op, n in census.items())
 
@@ -364,6 +416,34 @@ def _guarded(variant: str, make: Callable[[], _Made], settings: Settings) -> _Ma
             part.details["traceback"] = exc.traceback_text if isinstance(exc, ForkedError) else traceback.format_exc()
     part.details.setdefault("seconds", round(time.perf_counter() - t0, 3))
     return part
+
+
+def _lanes(settings: Settings, alone: bool, jobs: int) -> int:
+    """How many variant children of one graph run at once: one per thread the job was given, at most one per variant.
+
+    A farm job has one thread (the farm packs one job per CPU): one child at a time. ``convert`` on a machine of
+    its own has its CPUs, as optimum-cli uses them: on 2 CPUs int8 is made beside fp32, then fp16 (each child is
+    mostly one Python thread converting a graph; its ONNX Runtime session gets its share of the threads). ``alone``:
+    one child at a time (a graph over the external-data threshold, which each child would hold a copy of, is one).
+    """
+    return 1 if alone else max(1, min(settings.threads, jobs))
+
+
+def _fp16_of(
+    exported: ExportedModel, component: Component, source: Path, method: str, out: Path, external: bool,
+    settings: Settings, check: Check | None,
+) -> _Made:
+    """In a child: fp16 of the fp32 graph ``source`` (made by ``method``); where the child died on it, the plain export's,
+    in a child of its own."""
+    made = _guarded("fp16", lambda: _fp16(exported, component, source, method, out, external, settings, check), settings)
+    if made.path is None and method != "none" and made.details["failure_kind"] != FailureKind.INTERNAL:
+        # The child died on the fp16 of the optimized graph (ONNX Runtime crashed loading it: a
+        # signal, which _fp16's own retry cannot catch): the plain export's, in a child of its own.
+        first = made.details["error"]
+        plain = component.path
+        made = _guarded("fp16", lambda: _fp16(exported, component, plain, "none", out, external, settings, check), settings)
+        made.details["note"] = f"from the fp32 graph failed: {first}"
+    return made
 
 
 def _internal(exc: BaseException) -> bool:
@@ -430,17 +510,33 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _fp32(
-    exported: ExportedModel, component: Component, out: Path, external: bool, settings: Settings, check: Check | None
+    exported: ExportedModel, component: Component, work: Path, external: bool, settings: Settings, check: Check | None,
+    made_one: Callable[[Path, str], None] = lambda path, method: None,
 ) -> _Made:
-    """In the child: the first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export."""
+    """The first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export.
+
+    Run in the job's process: each candidate is made in one forked child (under ``work/<method>/``) and checked in
+    another, and ``made_one(path, method)`` is told of it in between, so fp16 can be made from it while it is
+    checked (a candidate that fails its check is one fp16 made for nothing). A child that dies making or checking
+    a candidate fails that candidate only.
+    """
     plain = component.path
     model_type = component.model_type or exported.checkpoint.model_type
     t0 = time.perf_counter()
+
+    def checked(path: Path) -> Verified | None:
+        return run_forked(lambda: _verified(exported, component, "fp32", path, settings, check), timeout_s=settings.timeout_s)
+
+    def as_plain() -> Path:
+        (work / "none").mkdir(exist_ok=True)
+        return run_forked(lambda: _as_final(plain, work / "none" / plain.name, external), timeout_s=settings.timeout_s)
+
     if not settings.optimize:
-        path = _as_final(plain, out, external)
+        path = as_plain()
+        made_one(path, "none")
         unoptimized = {"model_type": model_type, "method": "none", "fusion_applied": False, "fused_ops": {},
                        "note": "optimization off (--no-optimize)"}  # fmt: skip
-        return _timed(_Made(path, unoptimized, _verified(exported, component, "fp32", path, settings, check)), t0)
+        return _timed(_Made(path, unoptimized, checked(path)), t0)
     before = onnx_graph.op_census(component.graph.graph)
     level = settings.optimization
     fusion_type = FUSION_TYPES.get(model_type) if level != "O1" else None
@@ -451,32 +547,31 @@ def _fp32(
         "checked_against_pytorch": check is not None and exported.cache.references_done,
     }
     notes: list[str] = []
-    candidates: list[tuple[str, str, Callable[[], tuple[Path, Counter[str]]]]] = []
+    candidates: list[tuple[str, str, Callable[[Path], _Candidate]]] = []
     if level == "O1":
-        candidates.append(("ort_basic", "ORT basic optimization",
-                           lambda: _ort_offline(plain, out, external, basic=True)))  # fmt: skip
+        candidates.append(("ort_basic", "ORT basic optimization", lambda out: _ort_offline(plain, out, external, basic=True)))
     elif fusion_type is None:
         notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
     else:
         opt_level = FUSION_OPT_LEVEL.get(fusion_type, 0)
         details["fusion_opt_level"] = opt_level
+        config = _config(exported, component)
 
-        def fused() -> tuple[Path, Counter[str]]:
+        def fused(out: Path) -> _Candidate:
             step("the transformers optimizer", f"fusing {plain.name}")
-            path, details["fused_operator_statistics"], census = _fuse(
-                plain, out, fusion_type, _config(exported, component), external, opt_level, gelu_approximation=level == "O3"
-            )
-            return path, census
+            return _fuse(plain, out, fusion_type, config, external, opt_level, gelu_approximation=level == "O3")
 
         label = f"transformers optimizer ({fusion_type}{', GELU approximation' if level == 'O3' else ''})"
         candidates.append(("transformers_optimizer", label, fused))
     if level != "O1":
-        candidates.append(("ort_offline", "ORT offline optimization", lambda: _ort_offline(plain, out, external)))
+        candidates.append(("ort_offline", "ORT offline optimization", lambda out: _ort_offline(plain, out, external)))
     for method, label, build in candidates:
+        out = work / method / plain.name
+        out.parent.mkdir(exist_ok=True)
         try:
-            path, census = build()
+            path, census, extra = run_forked(functools.partial(build, out), timeout_s=settings.timeout_s)
         except Exception as exc:  # noqa: BLE001 - a broken optimizer falls back to the next candidate
-            if is_our_bug(exc) or storage_fault(exc) is not None:
+            if is_our_bug(exc) or _internal(exc) or storage_fault(exc) is not None:
                 raise
             notes.append(f"{label} failed: {first_line(exc)}")
             continue
@@ -484,18 +579,25 @@ def _fp32(
         if method == "transformers_optimizer" and not gained:
             notes.append(f"{label} fused nothing")
             continue
+        made_one(path, method)
         try:
-            verified = _verified(exported, component, "fp32", path, settings, check)
-        except OptimizeError as exc:
+            verified = checked(path)
+        except OptimizeError as exc:  # it did not load, or its child died checking it
+            if _internal(exc):
+                raise
             notes.append(f"{label}: {exc.message}")
             continue
         if verified is None or verified.passed:
             kept = {"method": method, "fusion_applied": method == "transformers_optimizer", "fused_ops": gained}
-            return _timed(_Made(path, {**details, **kept, **_note(notes), **_contrib_details(path)}, verified), t0)
+            return _timed(_Made(path, {**details, **extra, **kept, **_note(notes)}, verified), t0)
         notes.append(f"{label}: {_mismatch(verified, settings)}")
-    path = _as_final(plain, out, external)
-    verified = _verified(exported, component, "fp32", path, settings, check)
-    return _timed(_Made(path, {**details, "method": "none", "fusion_applied": False, **_note(notes)}, verified), t0)
+    path = as_plain()
+    made_one(path, "none")
+    return _timed(_Made(path, {**details, "method": "none", "fusion_applied": False, **_note(notes)}, checked(path)), t0)
+
+
+# A made fp32 candidate: its graph, its op census, and what its maker adds to the variant's details.
+_Candidate = tuple[Path, Counter[str], dict[str, Any]]
 
 
 def _note(notes: list[str]) -> dict[str, str]:
@@ -533,7 +635,7 @@ def _as_final(plain: Path, out: Path, external: bool) -> Path:
 def _fuse(
     plain: Path, out: Path, fusion_type: str, config: dict[str, Any], external: bool, opt_level: int,
     *, gelu_approximation: bool = False,
-) -> tuple[Path, dict[str, int], Counter[str]]:
+) -> _Candidate:
     """The transformers optimizer's Python fusions, after ORT's hardware-independent ``opt_level`` (0: none, 1: basic).
 
     ``gelu_approximation`` turns Gelu into FastGelu (tanh), as optimum's O3 does.
@@ -558,13 +660,14 @@ def _fuse(
         optimization_options=options,
     )
     stats = {op: n for op, n in optimizer.get_fused_operator_statistics().items() if n}
-    census = onnx_graph.op_census(optimizer.model.graph)
+    graph = optimizer.model.graph
+    census, contrib = onnx_graph.op_census(graph), _contrib_details_of(graph)
     step("onnx", f"writing {out.name}")
     onnx_graph.save(optimizer.model, out, external=external)
-    return out, stats, census
+    return out, census, {"fused_operator_statistics": stats, **contrib}
 
 
-def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False) -> tuple[Path, Counter[str]]:
+def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False) -> _Candidate:
     """ONNX Runtime's own graph optimizations, saved instead of run: extended, or only the basic ones (O1).
 
     ORT writes the weights it left unchanged as references to the plain export's data file,
@@ -592,7 +695,8 @@ def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False)
     onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
     onnx_graph.read_back(out, "ONNX Runtime's optimizer")  # its C++ writer reports no failed write
-    return out, _census(out)
+    graph = onnx_graph.load(out).graph
+    return out, onnx_graph.op_census(graph), _contrib_details_of(graph)
 
 
 # A size threshold for external initializers that no tensor reaches: ORT writes them all inside the graph.
@@ -708,10 +812,6 @@ def _first_int(config: dict[str, Any], keys: tuple[str, ...]) -> int:
         if value is not None:
             return 0  # per-stage lists (swin): width varies, let the fuser detect it
     return 0
-
-
-def _census(path: Path) -> Counter[str]:
-    return onnx_graph.op_census(onnx_graph.load(path).graph)
 
 
 def _gained(before: Counter[str], after: Counter[str]) -> dict[str, int]:

@@ -142,7 +142,9 @@ def save(
                     arrays[f"keep/{name}"] = np.asarray(mask, dtype=bool)
             outputs.append(described)
         path = out / f"case-{n:03d}.npz"
-        np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
+        # Uncompressed: PyTorch's float outputs deflate by 10-20 % only, and deflating them took a real-size gpt2's
+        # job 2 s (29 against 26 MB for its largest case, written in 0.02 s).
+        np.savez(path, **arrays)  # type: ignore[arg-type]
         total += path.stat().st_size
         entries.append({"component": component, "label": label, "long": long, "file": path.name,
                         "inputs": sorted(feed), "outputs": outputs})  # fmt: skip
