@@ -422,8 +422,9 @@ def _lanes(settings: Settings, alone: bool, jobs: int) -> int:
     """How many variant children of one graph run at once: one per thread the job was given, at most one per variant.
 
     A farm job has one thread (the farm packs one job per CPU): one child at a time. ``convert`` on a machine of
-    its own has its CPUs, as optimum-cli uses them: on 2 CPUs int8 is made beside fp32, then fp16 (each child is
-    mostly one Python thread converting a graph; its ONNX Runtime session gets its share of the threads). ``alone``:
+    its own has its CPUs, as optimum-cli uses them: on 2 CPUs int8 is made beside fp32, fp16 beside fp32's check
+    (each child is mostly one Python thread converting a graph; its ONNX Runtime session gets its share of the
+    threads). ``alone``:
     one child at a time (a graph over the external-data threshold, which each child would hold a copy of, is one).
     """
     return 1 if alone else max(1, min(settings.threads, jobs))
@@ -511,7 +512,7 @@ def _last_line(exc: BaseException) -> str:
 
 def _fp32(
     exported: ExportedModel, component: Component, work: Path, external: bool, settings: Settings, check: Check | None,
-    made_one: Callable[[Path, str], None] = lambda path, method: None,
+    made_one: Callable[[Path, str], None],
 ) -> _Made:
     """The first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export.
 
