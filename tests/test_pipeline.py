@@ -591,6 +591,20 @@ def test_fp16_is_made_from_the_fp32_candidate_kept_though_begun_from_one_being_c
     assert sorted(p.name for p in onnx_dir.iterdir()) == ["model.onnx", "model_fp16.onnx"]
 
 
+def test_an_encoder_decoder_made_side_by_side_generates_with_every_variant(zoo_dir: Path, tmp_path: Path) -> None:
+    """Two threads: each variant's decoder still generates 16 steps from its own variant's encoder.
+
+    The decoder's children read the encoder's variant where it ships, so the encoder's are placed first: made
+    side by side with the decoder's, fp16 and int8 would find no encoder graph and skip generation."""
+    entry = ManifestEntry(source=str(zoo_dir / "t5"), task="text2text-generation-with-past")
+    result = convert_one(entry, Settings(out_dir=str(tmp_path), benchmark=False, targets=(), threads=2))
+    for name in ("fp32", "fp16", "int8"):
+        v = result.variant(name)
+        assert v.status == "passed" and v.generation_note is None and v.generation_steps == 16, (name, v.message)
+        parts = v.optimizer["components"]
+        assert {c: p["children_at_once"] for c, p in parts.items()} == {"encoder_model": 2, "decoder_model_merged": 2}
+
+
 def test_a_variant_is_no_better_than_the_export_it_was_made_from(zoo_dir: Path, tmp_path: Path) -> None:
     """bigbird's fp32 fails at 1x128 (the export froze the wrong attention path); its fp16 and int8, made from
     the same export, land inside their looser tolerances, and fail with fp32's cause, their own numbers kept.
