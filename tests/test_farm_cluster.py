@@ -77,7 +77,11 @@ class KillNodeWhileBusy(Progress):
     def tick(self, report: FarmReport, running: int) -> None:
         super().tick(report, running)
         if not self.killed and len(list(self.markers.glob("*"))) >= 2:
-            self.cluster.remove_node(list(self.cluster.worker_nodes)[-1], allow_graceful=False)
+            # Not the node the driver joined (all share one address: it may be a worker's), where the run's actors
+            # live: losing it is losing the driver's machine, not a worker.
+            driver = ray.get_runtime_context().get_node_id()
+            lost = [n for n in self.cluster.worker_nodes if n.node_id != driver][-1]
+            self.cluster.remove_node(lost, allow_graceful=False)
             self.killed = True
         if self.killed and report.retries >= 1 and not self.go.exists():
             self.go.touch()

@@ -767,10 +767,15 @@ def _node_leases(resources: dict[str, float], run_id: str) -> ActorProxy[_NodeLe
     """The run's latency phases (:class:`_NodeLeases`), on the driver's node: each node times ``backlog`` jobs at most
     per phase, four per CPU of the largest node."""
     cpus = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=int(resources.get("CPU", 1)))
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return _NodeLeasesActor.options(name=f"zoo-convert-latency-{run_id}", scheduling_strategy=here).remote(
+    return _NodeLeasesActor.options(name=f"zoo-convert-latency-{run_id}", scheduling_strategy=_on_driver_node()).remote(
         BENCH_BACKLOG_PER_CPU * max(1, cpus)
     )
+
+
+def _on_driver_node() -> NodeAffinitySchedulingStrategy:
+    """The driver's node, never another: a soft affinity put one of the run's actors on a worker node of a local
+    cluster (tests/test_farm_cluster.py, 3 runs in 5), and losing that worker lost every job of the run with it."""
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 def _cluster_budget(limits: HubLimits, run_id: str) -> ActorProxy[_HubBudget]:
@@ -778,9 +783,9 @@ def _cluster_budget(limits: HubLimits, run_id: str) -> ActorProxy[_HubBudget]:
     local = hub_budget.installed()
     history = local.history() if isinstance(local, LocalGovernor) else {}
     # On the driver's node, which the run cannot outlive; restarted (with a fresh budget) if it dies anyway.
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     actor = _HubBudgetActor.options(
-        name=f"zoo-convert-hub-budget-{run_id}", scheduling_strategy=here, max_restarts=-1, max_task_retries=-1
+        name=f"zoo-convert-hub-budget-{run_id}", scheduling_strategy=_on_driver_node(), max_restarts=-1,
+        max_task_retries=-1,
     ).remote(limits, history)
     hub_budget.install(_ClusterGovernor(actor))
     return actor
