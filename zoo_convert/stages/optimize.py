@@ -529,6 +529,8 @@ def _fp32(
         return run_forked(lambda: _verified(exported, component, "fp32", path, settings, check), timeout_s=settings.timeout_s)
 
     def as_plain() -> Path:
+        if external or not onnx_graph.data_path(plain).exists():
+            return plain  # ships as it is: no child to fork for nothing (_as_final would hand it back)
         (work / "none").mkdir(exist_ok=True)
         return run_forked(lambda: _as_final(plain, work / "none" / plain.name, external), timeout_s=settings.timeout_s)
 
