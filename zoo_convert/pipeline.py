@@ -65,9 +65,6 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
 
     if entry.optimize is not None:  # the row's level, for this job only
         settings = replace(settings, optimization=entry.optimize)
-    if entry.gpu and "CUDAExecutionProvider" not in settings.providers:
-        # GPU rows are scheduled on GPU nodes (farm); ORT falls back to CPU where CUDA is absent.
-        settings = replace(settings, providers=("CUDAExecutionProvider", *settings.providers))
     run = _Run(entry, on_stage)
     out_dir: Path | None = None
     checked: _TargetRows | None = None
