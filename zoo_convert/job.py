@@ -361,14 +361,17 @@ class Timing:
 
     Attributes:
         p50_ms / p90_ms: median and 90th percentile, milliseconds.
-        runs: timed samples (each the mean of as many back-to-back calls as last 5 ms: ``benchmark.SAMPLE_S``).
+        runs: timed samples (each the mean of as many back-to-back calls as last ``benchmark.SAMPLE_S``).
         spread: interquartile range of the samples over their median (IQR / p50).
+        ci: the width of the median's 95 % confidence interval over the median (``benchmark.median_ci``): how well
+            the samples pin the median down, which many samples do even where they spread.
     """
 
     p50_ms: float
     p90_ms: float
     runs: int
     spread: float
+    ci: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -381,7 +384,7 @@ class Latency:
         shape: batch x length of the timed input (the first component's).
         cpu: the CPU model (and its int8 instruction sets).
         load: the 1-minute load average during the measurement (the highest sampled).
-        noisy: the spread of a side or the load was too high to trust the figures.
+        noisy: a side's median was not pinned down (``Timing.ci``) or other processes took the CPUs it needed.
         note: why a side has no timing.
         traceback: where timing failed, for a bug of ours.
     """

@@ -245,12 +245,15 @@ class VariantResult:
         torch_p50_ms / torch_p90_ms: PyTorch eager latency on the same inputs (timed once per job,
             in a block of its own beside the variants': the same figures on each of the job's rows).
         speedup: torch_p50_ms / ort_p50_ms.
-        ort_runs / torch_runs: timed samples behind each latency (each 5 ms of back-to-back calls, or one call).
+        ort_runs / torch_runs: timed samples behind each latency (each 2.5 ms of back-to-back calls, or one call).
         ort_spread / torch_spread: interquartile range over the median of those calls.
+        ort_ci / torch_ci: the width of the median's 95 % confidence interval over the median: how well the
+            samples pin the median down (a side is sampled until it is within ``benchmark.NOISY_CI``).
         bench_threads / bench_shape / bench_cpu / bench_load: the conditions of the measurement:
             intra-op threads, batch x length, CPU model, and the CPUs other processes kept busy
             during it (the most over its sides; /proc/stat less the job's own CPU time).
-        bench_noisy: the spread was too high, or other processes took CPUs the measurement needed, to
+        bench_noisy: a side's median was not pinned down (``ort_ci`` / ``torch_ci`` above
+            ``benchmark.NOISY_CI``), or other processes took CPUs the measurement needed: not to
             trust the latency (kept, but left out of the speedup headline, the ``slower`` regressions
             and the model card).
         bench_note: why the latency is empty (timing failed; the variant stays verified).
@@ -286,6 +289,8 @@ class VariantResult:
     ort_spread: float | None = field(default=None, metadata=LATENCY)
     torch_runs: int | None = field(default=None, metadata=LATENCY)
     torch_spread: float | None = field(default=None, metadata=LATENCY)
+    ort_ci: float | None = field(default=None, metadata=LATENCY)
+    torch_ci: float | None = field(default=None, metadata=LATENCY)
     bench_threads: int | None = field(default=None, metadata=LATENCY)
     bench_shape: str | None = field(default=None, metadata=LATENCY)
     bench_cpu: str | None = field(default=None, metadata=LATENCY)

@@ -77,7 +77,7 @@ def test_the_median_speedup_says_over_how_many_models_and_why_the_others_are_out
                               ".map(c => [c.querySelector('span').textContent, c.querySelector('b').textContent])"))
     label = next(k for k in cards if k.startswith("median fp32 speedup"))
     assert cards[label] == "2.5×"
-    assert label == ("median fp32 speedup vs PyTorch over 2 of 5 models; 3 left out: 1 noisy (spread > 15% or other"
+    assert label == ("median fp32 speedup vs PyTorch over 2 of 5 models; 3 left out: 1 noisy (median not within ±5% or other"
                      " processes on the CPUs it needed), 2 not timed (fp32 not verified, or no latency)")
     assert browser.errors == []
 

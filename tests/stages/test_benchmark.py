@@ -14,14 +14,15 @@ from zoo_convert.stages import Timing, benchmark
 from zoo_convert.stages.benchmark import (
     MIN_RUNS,
     MIN_TIMED_S,
+    NOISY_CI,
     NOISY_OTHERS_SLACK,
-    NOISY_SPREAD,
     _block,
     _Busy,
     _Conditions,
     _cpus,
     _measure,
     _timing,
+    median_ci,
 )
 
 
@@ -84,18 +85,40 @@ def test_the_cpus_other_processes_keep_busy_are_measured_apart_from_our_own() ->
     assert busy.others() < _cpus()
 
 
+def test_the_median_interval_narrows_with_more_samples_whatever_their_spread() -> None:
+    rng = np.random.default_rng(0)
+    assert median_ci(list(10 * rng.lognormal(0, 0.15, 20))) > NOISY_CI  # IQR ~0.2 of the median
+    assert median_ci(list(10 * rng.lognormal(0, 0.15, 400))) < NOISY_CI / 2
+    assert median_ci([5.0] * 3) == 0.0 and median_ci([1.0, 2.0, 3.0]) == 1.0  # under 6 samples: their whole range
+
+
+def test_a_side_whose_calls_spread_is_sampled_until_its_median_is_pinned_down() -> None:
+    rng = np.random.default_rng(1)
+
+    def call() -> None:  # 4-6 ms, uniformly: each call a sample of its own, IQR / p50 ~0.2
+        time.sleep(float(rng.uniform(0.004, 0.006)))
+
+    ms, _ = _block(call, Settings(bench_warmup=1, bench_runs=20, bench_budget_s=5.0))
+    t = _timing(ms)
+    assert t.runs > 20 and t.spread > 0.15 and t.ci <= NOISY_CI, t
+    ms, _ = _block(call, Settings(bench_warmup=1, bench_runs=20, bench_budget_s=0.0))  # no budget left: MIN_RUNS, noisy
+    assert len(ms) == MIN_RUNS and _timing(ms).ci > NOISY_CI
+
+
 def test_timing_records_runs_percentiles_and_the_spread() -> None:
     t = _timing([10.0, 10.0, 11.0, 12.0, 30.0])
     assert (t.runs, t.p50_ms) == (5, 11.0) and t.p50_ms <= t.p90_ms
     assert t.spread == round((12.0 - 10.0) / 11.0, 4)
 
 
-def test_a_spread_or_other_processes_busy_on_the_cpus_it_needs_is_noisy() -> None:
-    quiet = Timing(p50_ms=10.0, p90_ms=10.5, runs=20, spread=0.02)
-    spread = Timing(p50_ms=10.0, p90_ms=20.0, runs=20, spread=NOISY_SPREAD + 0.01)
+def test_a_median_not_pinned_down_or_other_processes_busy_on_the_cpus_it_needs_is_noisy() -> None:
+    quiet = Timing(p50_ms=10.0, p90_ms=10.5, runs=20, spread=0.02, ci=0.03)
+    spread = Timing(p50_ms=10.0, p90_ms=20.0, runs=20, spread=0.2, ci=NOISY_CI + 0.01)
+    # Spread samples whose median many of them pin down are to be trusted: t5's PyTorch side, IQR 0.16.
+    pinned = Timing(p50_ms=10.0, p90_ms=13.0, runs=200, spread=0.2, ci=NOISY_CI - 0.01)
     free = max(0, _cpus() - 1)  # one thread: the others may use the rest
     calm = _Conditions(threads=1, cpu="cpu", shape="1x128", load=free + NOISY_OTHERS_SLACK)
-    assert not calm.latency(quiet, quiet, None).noisy
+    assert not calm.latency(quiet, quiet, None).noisy and not calm.latency(pinned, pinned, None).noisy
     assert calm.latency(spread, quiet, None).noisy and calm.latency(quiet, spread, None).noisy
     busy = _Conditions(threads=1, cpu="cpu", shape="1x128", load=free + NOISY_OTHERS_SLACK + 0.1)
     lat = busy.latency(quiet, quiet, None)

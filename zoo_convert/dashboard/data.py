@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from ..records import VARIANTS
-from ..stages.benchmark import NOISY_SPREAD
+from ..stages.benchmark import NOISY_CI
 from ..store.queries import regression_rows
 from ..targets import names as target_names
 
@@ -306,7 +306,7 @@ def collect(con: Con, timer: Callable[[str, float], None] | None = None) -> dict
     data["headline"] = data["headline"][0]
     data["model_count"] = next(iter(data["model_count"][0].values()))
     data["model_cap"] = MODEL_CAP
-    data["noisy_spread"] = NOISY_SPREAD
+    data["noisy_ci"] = NOISY_CI
     data["variants"] = list(VARIANTS)
     return data
 

@@ -18,9 +18,11 @@ add each variant's copy to it (llama-style, 2.3 GB of weights: held, the parent'
 beside the fp16 child's 4.2 GB made a 7.1 GB peak; timed first, 4.8 GB).
 
 Every measurement carries its conditions: calls, p50, p90, spread (IQR / p50),
-threads, batch x length, CPU model and the other processes' busy CPUs during it. It is noisy
-when its spread is above :data:`NOISY_SPREAD` or others kept more CPUs busy than the
-measurement left free (plus :data:`NOISY_OTHERS_SLACK`); noisy figures stay in the record but are left out of the dashboard's
+threads, batch x length, CPU model and the other processes' busy CPUs during it. A side is
+sampled until its median is pinned down: the median's 95 % confidence interval narrower than
+:data:`NOISY_CI` of it (:func:`median_ci`), or its time budget is spent. It is noisy when the
+interval is still wider, or others kept more CPUs busy than the measurement left free (plus
+:data:`NOISY_OTHERS_SLACK`); noisy figures stay in the record but are left out of the dashboard's
 speedup headline, the ``slower`` regressions and the model card.
 
 The inputs are verify's (:func:`zoo_convert.verify.runtime.cases`, memoized, computed by
@@ -32,9 +34,11 @@ the reason in ``Latency.note``.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gc
 import itertools
+import math
 import os
 import platform
 import time
@@ -69,18 +73,23 @@ BENCH_SEQUENCE = 128
 # One second of 16 kHz audio for raw-waveform models.
 BENCH_AUDIO_SAMPLES = 16000
 MIN_RUNS = 5
-# Per side: untimed calls for at least this long, then timed samples for at least MIN_TIMED_S (bench_runs samples at least).
-WARMUP_S = 0.03
-MIN_TIMED_S = 0.1
+# Per side: untimed calls for at least this long, then timed samples for at least MIN_TIMED_S (bench_runs samples at
+# least), then more until the median is pinned down (NOISY_CI) or the budget is spent.
+WARMUP_S = 0.02
+MIN_TIMED_S = 0.05
 MAX_RUNS = 2000  # timed calls per side at most (a call of nothing would run forever to MIN_TIMED_S)
 # One sample is as many back-to-back calls as last this long (one call when a call is longer): a tiny graph's
 # call lasts tens of microseconds, and one slow call (a page fault, a timer tick, a neighbour's burst) is a
 # sample of its own when calls are timed one by one. In the farm's latency phase on the 2-core VM, per-call
 # spreads of 0.2-0.75 (IQR / p50) came down to 0.02-0.15 (make demo, quiet: fp32 rows noisy 122 -> 12 of 136,
-# together with BLOCKS and the target checks no longer reloading their runtimes in the phase).
-SAMPLE_S = 0.005
-# A measurement whose interquartile range exceeds this share of its median is too spread to trust.
-NOISY_SPREAD = 0.15
+# together with BLOCKS and the target checks no longer reloading their runtimes in the phase). 2.5 ms since the
+# median's interval decides how many samples a side takes: 20 samples are 50 ms of a tiny graph.
+SAMPLE_S = 0.0025
+# A side's median is trusted when its 95 % confidence interval is narrower than this share of it (+-5 %). It
+# replaced "IQR / p50 above 0.15": a side whose calls spread by nature (t5's PyTorch decoder step, IQR 0.16 in
+# block after block on a quiet machine) was noisy however long it was timed; sampled on, its median is as
+# repeatable as any other's, and a side with little spread needs no more than bench_runs samples.
+NOISY_CI = 0.10
 # ... or during which other processes kept more CPUs busy than the measurement left free, plus this slack
 # (a farm's own daemons: raylet, the driver's loop).
 NOISY_OTHERS_SLACK = 0.25
@@ -181,7 +190,7 @@ def _measure(
     A block that came out noisy is timed again, up to :data:`BLOCKS` blocks: on a VM's shared
     cores a neighbour's burst of a second or two slows every call in it (seen here: a tiny
     graph's p50 at 1.9x, alone in the farm). The block kept is the fastest of those that are
-    not noisy (``timeit``'s advice: the slower repeats are the interference), else the least spread.
+    not noisy (``timeit``'s advice: the slower repeats are the interference), else the one whose median is pinned down best.
     """
     try:
         call = make()
@@ -194,7 +203,7 @@ def _measure(
             ms, others = _block(call, settings)
             timing = _timing(ms)
             noisy = _noisy(others, timing, settings.threads)
-            blocks.append((noisy, timing.spread if noisy else timing.p50_ms, ms, others))
+            blocks.append((noisy, timing.ci if noisy else timing.p50_ms, ms, others))
     except Exception as exc:  # noqa: BLE001 - recorded as this side's reason
         notes[side] = _why(exc)
         return
@@ -246,9 +255,9 @@ class _Conditions:
 
 
 def _noisy(others: float, timing: Timing | None, threads: int) -> bool:
-    """Too spread to trust, or other processes kept busy more CPUs than the measurement left free."""
+    """The median not pinned down, or other processes kept busy more CPUs than the measurement left free."""
     free = max(0, _cpus() - threads)
-    return others > free + NOISY_OTHERS_SLACK or (timing is not None and timing.spread > NOISY_SPREAD)
+    return others > free + NOISY_OTHERS_SLACK or (timing is not None and timing.ci > NOISY_CI)
 
 
 def _unmeasured(conditions: _Conditions, exc: BaseException) -> Latency:
@@ -313,7 +322,8 @@ def _block(call: Callable[[], None], settings: Settings) -> tuple[list[float], f
     calls pay allocations and, in ONNX Runtime, its thread pool's start); it also tells how
     many calls make a sample of :data:`SAMPLE_S` (one where a call is longer). Then timed
     samples, the garbage collector off (as ``timeit``: a collection is not the model's cost),
-    until there are ``bench_runs`` of them and :data:`MIN_TIMED_S` seconds of them, or,
+    until there are ``bench_runs`` of them and :data:`MIN_TIMED_S` seconds of them and their median's
+    interval is within :data:`NOISY_CI` (:func:`median_ci`), or,
     after :data:`MIN_RUNS`, once ``bench_budget_s`` is spent: one big graph should not
     hold the node's latency phase. No other side runs in between, so no side's threads
     (ONNX Runtime's spin-waiting pool, PyTorch's OpenMP pool) compete with another's.
@@ -331,12 +341,13 @@ def _block(call: Callable[[], None], settings: Settings) -> tuple[list[float], f
     batch = max(1, min(MAX_RUNS // wanted, int(SAMPLE_S / per_call) if per_call > 0 else MAX_RUNS))
     busy = _Busy()
     ms: list[float] = []
+    ordered: list[float] = []  # the samples sorted, for the median's interval after each one
     spent = 0.0
     collecting = gc.isenabled()
     gc.disable()
     try:
         while len(ms) < max(wanted, MAX_RUNS // batch):
-            if len(ms) >= max(1, settings.bench_runs) and spent >= MIN_TIMED_S:
+            if len(ms) >= max(1, settings.bench_runs) and spent >= MIN_TIMED_S and _ci_of_sorted(ordered) <= NOISY_CI:
                 break
             if len(ms) >= MIN_RUNS and spent > settings.bench_budget_s:
                 break
@@ -345,6 +356,7 @@ def _block(call: Callable[[], None], settings: Settings) -> tuple[list[float], f
                 call()
             elapsed = time.perf_counter() - t1
             ms.append(elapsed * 1000.0 / batch)
+            bisect.insort(ordered, ms[-1])
             spent += elapsed
     finally:
         if collecting:
@@ -388,7 +400,30 @@ def _own_cpu_s() -> float:
 
 def _timing(ms: list[float]) -> Timing:
     q1, p50, q3, p90 = (float(np.percentile(ms, q)) for q in (25, 50, 75, 90))
-    return Timing(p50_ms=round(p50, 4), p90_ms=round(p90, 4), runs=len(ms), spread=round((q3 - q1) / p50, 4) if p50 > 0 else 0.0)
+    return Timing(p50_ms=round(p50, 4), p90_ms=round(p90, 4), runs=len(ms),
+                  spread=round((q3 - q1) / p50, 4) if p50 > 0 else 0.0, ci=round(median_ci(ms), 4))  # fmt: skip
+
+
+def median_ci(ms: list[float]) -> float:
+    """The width of the median's ~95 % confidence interval over the median, from the samples' order statistics.
+
+    No distribution assumed: with n samples the median lies between the order statistics
+    n/2 - 0.98 sqrt(n) and n/2 + 1 + 0.98 sqrt(n) (1-based) with ~95 % confidence, whatever
+    the samples' distribution. 20 samples make it about their IQR; it narrows as sqrt(n), so a side
+    whose calls spread is pinned down by more samples. Under 6 samples it is their whole range.
+    """
+    return _ci_of_sorted(sorted(ms))
+
+
+def _ci_of_sorted(ordered: list[float]) -> float:
+    n = len(ordered)
+    if n == 0:
+        return math.inf
+    half = 0.98 * math.sqrt(n)
+    lo = max(0, math.floor(n / 2 - half) - 1)
+    hi = min(n - 1, math.ceil(n / 2 + 1 + half) - 1)
+    mid = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    return (ordered[hi] - ordered[lo]) / mid if mid > 0 else 0.0
 
 
 def _cpus() -> int:

@@ -478,6 +478,17 @@ JOIN latest_results l ON l.job_key = t.job_key AND l.run_id = t.run_id AND l.var
 """
 
 
+# How well each latency's median is pinned down (issue 32): the width of its 95 % confidence interval over
+# the median, from the samples' order statistics. ``bench_noisy`` is decided by it instead of the spread.
+_LATENCY_CI = (
+    """
+ALTER TABLE results ADD COLUMN ort_ci DOUBLE;
+ALTER TABLE results ADD COLUMN torch_ci DOUBLE;
+"""
+    + _RESULTS_VIEWS
+)
+
+
 @dataclass(frozen=True)
 class Migration:
     """One numbered, append-only schema change."""
@@ -501,6 +512,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "deployment targets", _TARGETS),
     Migration(12, "verification.bound_used", _BOUND_USED),
     Migration(13, "target graph", _TARGET_GRAPH),
+    Migration(14, "latency median interval", _LATENCY_CI),
 )
 
 SCHEMA_MIGRATIONS = """

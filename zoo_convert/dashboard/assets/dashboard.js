@@ -40,7 +40,7 @@ function jobStatus(jobStatus, variantStatuses) {
 // The median is taken over the calm fp32 latencies only: say over how many models, and why the others are out.
 function speedupNote(h) {
   const notTimed = h.models - h.speedup_n - h.speedup_noisy;
-  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (spread > ${num(100 * DATA.noisy_spread, 2)}% or other processes on the CPUs it needed)` : null,
+  const out = [h.speedup_noisy ? `${h.speedup_noisy} noisy (median not within ±${num(50 * DATA.noisy_ci, 2)}% or other processes on the CPUs it needed)` : null,
     notTimed ? `${notTimed} not timed (fp32 not verified, or no latency)` : null].filter(Boolean);
   return `median fp32 speedup vs PyTorch over ${h.speedup_n} of ${h.models} models`
     + (out.length ? `; ${h.models - h.speedup_n} left out: ${out.join(", ")}` : "");
