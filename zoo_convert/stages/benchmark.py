@@ -87,8 +87,9 @@ MAX_RUNS = 2000  # timed calls per side at most (a call of nothing would run for
 SAMPLE_S = 0.0025
 # A side's median is trusted when its 95 % confidence interval is narrower than this share of it (+-5 %). It
 # replaced "IQR / p50 above 0.15": a side whose calls spread by nature (t5's PyTorch decoder step, IQR 0.16 in
-# block after block on a quiet machine) was noisy however long it was timed; sampled on, its median is as
-# repeatable as any other's, and a side with little spread needs no more than bench_runs samples.
+# block after block on a quiet machine) was noisy however long it was timed; sampled on, its median is known as
+# precisely as any other's, and a side with little spread needs no more than bench_runs samples. Neither rule sees
+# a process running slower than the next (docs/how-a-job-runs.md: the same job's p50 between runs).
 NOISY_CI = 0.10
 # ... or during which other processes kept more CPUs busy than the measurement left free, plus this slack
 # (a farm's own daemons: raylet, the driver's loop).
@@ -410,7 +411,7 @@ def median_ci(ms: list[float]) -> float:
     No distribution assumed: with n samples the median lies between the order statistics
     n/2 - 0.98 sqrt(n) and n/2 + 1 + 0.98 sqrt(n) (1-based) with ~95 % confidence, whatever
     the samples' distribution. 20 samples make it about their IQR; it narrows as sqrt(n), so a side
-    whose calls spread is pinned down by more samples. Under 6 samples it is their whole range.
+    whose calls spread is pinned down by more samples. Up to 10 samples it is their whole range.
     """
     return _ci_of_sorted(sorted(ms))
 
