@@ -1,6 +1,7 @@
 """The optimize stage: fp32 optimized, fp16, int8, uint8 and q4 variants of every exported graph.
 
-Per component (1 and 2 from the plain export, side by side where the job has the threads; 3 after 2; 4 last):
+Per component (1 and 2 from the plain export, side by side where the job has the threads; 3 begun from each of
+2's candidates while that candidate is checked, kept with the one 2 keeps; 4 last):
 
 1. int8  dynamic quantization of the PLAIN export (a fused graph has no MatMuls left to
          quantize; :mod:`zoo_convert.variants.int8`), streamed one weight at a time by :mod:`zoo_convert.variants.quantize` (ORT's
