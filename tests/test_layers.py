@@ -195,7 +195,7 @@ def test_the_latency_fields_are_defined_once_and_every_layer_follows_them(tmp_pa
 
     assert len(LATENCY_FIELDS) == 17 and "bench_noisy" in LATENCY_FIELDS and "max_abs" not in LATENCY_FIELDS
     assert VariantRow is VariantResult  # publishing reads the record back, not a copy of its fields
-    lat = Latency(ort=Timing(2.0, 3.0, 20, 0.05), torch=Timing(6.0, 7.0, 20, 0.04), threads=1, shape="1x128",
+    lat = Latency(ort=Timing(2.0, 3.0, 20, 0.05, 0.06), torch=Timing(6.0, 7.0, 20, 0.04, 0.05), threads=1, shape="1x128",
                   cpu="cpu", load=0.5, noisy=False, note=None)
     columns = lat.columns()
     assert set(columns) == set(LATENCY_FIELDS) and columns["speedup"] == 3.0 and columns["torch_runs"] == 20

@@ -371,7 +371,7 @@ class Timing:
     p90_ms: float
     runs: int
     spread: float
-    ci: float = 0.0
+    ci: float
 
 
 @dataclass(frozen=True)

@@ -530,8 +530,8 @@ def _fp32(
         return run_forked(lambda: _verified(exported, component, "fp32", path, settings, check), timeout_s=settings.timeout_s)
 
     def as_plain() -> Path:
-        if external or not onnx_graph.data_path(plain).exists():
-            return plain  # ships as it is: no child to fork for nothing (_as_final would hand it back)
+        if _ships_as_is(plain, external):
+            return plain  # no child to fork for nothing
         (work / "none").mkdir(exist_ok=True)
         return run_forked(lambda: _as_final(plain, work / "none" / plain.name, external), timeout_s=settings.timeout_s)
 
@@ -627,9 +627,14 @@ def _mismatch(verified: Verified, settings: Settings) -> str:
     )
 
 
+def _ships_as_is(plain: Path, external: bool) -> bool:
+    """The plain export already has the layout its variant ships in: a big model's, or one without a data file."""
+    return external or not onnx_graph.data_path(plain).exists()
+
+
 def _as_final(plain: Path, out: Path, external: bool) -> Path:
     """The plain export in the layout its variant ships in: weights back inside the graph unless the model is big."""
-    if external or not onnx_graph.data_path(plain).exists():
+    if _ships_as_is(plain, external):
         return plain
     step("onnx", f"writing {out.name} with its weights inside")
     onnx_graph.save(onnx.load(str(plain)), out, external=False)
