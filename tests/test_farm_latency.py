@@ -1,4 +1,5 @@
-"""The farm's latency phase: a job's benchmark has its node to itself (real Ray, real exports, real ORT and torch)."""
+"""The farm's latency phase: no benchmark shares its node with a conversion, nor its CPUs with another benchmark
+(real Ray, real exports, real ORT and torch)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def test_each_benchmark_has_the_node_to_itself_and_the_run_says_where_its_seconds_went(
+def test_each_benchmark_has_its_cpus_to_itself_and_the_run_says_where_its_seconds_went(
     local_ray: None, tmp_path: Path
 ) -> None:
+    """Two CPUs, one benchmark thread: two lanes, each job pinned to one CPU; one timed beside another is on the other."""
     manifest = zoo.build(tmp_path / "zoo", NAMES)
     out, db = tmp_path / "out", tmp_path / "results.duckdb"
     settings = Settings(out_dir=str(out))
@@ -42,13 +44,16 @@ def test_each_benchmark_has_the_node_to_itself_and_the_run_says_where_its_second
     results = [ConversionResult.from_json((out / f"{name}.result.json").read_text()) for name in NAMES]
     # Each job: converting from its start until it asked for its node (its benchmark's start less the wait for it);
     # timed in its benchmark's window.
-    converting, timing = {}, {}
+    converting, timing, cpus = {}, {}, {}
     for r in results:
         bench = next(s for s in r.stages if s.stage == "benchmark")
         start, end = bench.details["window"]
         assert r.started_at is not None and "lease_wait_s" in bench.details
         asked = start - bench.details["lease_wait_s"]
         converting[r.source], timing[r.source] = (_epoch(r.started_at), asked), (start, end)
+        cpus[r.source] = set(bench.details["cpus"])
+        assert len(cpus[r.source]) == settings.threads == 1, bench.details  # a lane of two CPUs at one thread
+    beside = 0
     for a, (t0, t1) in timing.items():
         for b in timing:
             if b == a:
@@ -56,7 +61,10 @@ def test_each_benchmark_has_the_node_to_itself_and_the_run_says_where_its_second
             c0, c1 = converting[b]
             assert t1 <= c0 or t0 >= c1, f"{Path(a).name} was timed while {Path(b).name} converted"
             s0, s1 = timing[b]
-            assert t1 <= s0 or t0 >= s1, f"{Path(a).name} and {Path(b).name} were timed at once"
+            if not (t1 <= s0 or t0 >= s1):
+                beside += 1
+                assert not cpus[a] & cpus[b], f"{Path(a).name} and {Path(b).name} were timed at once on CPUs {cpus[a]}"
+    assert beside, "no two jobs were timed at once: the second lane went unused"
 
     # The figures go into the same latency columns as ever, once per job and variant, at a recorded thread count.
     with duckdb.connect(str(db), read_only=True) as con:
@@ -71,5 +79,36 @@ def test_each_benchmark_has_the_node_to_itself_and_the_run_says_where_its_second
 
     # The run says how long its latency phases took, and it is printed.
     (node,) = report.latency.values()
-    assert node["phases"] >= 1 and 0 < node["timed_s"] <= node["phase_s"] < report.seconds
+    assert node["phases"] >= 1 and 0 < node["timed_s"] <= node["phase_s"] < report.seconds and node["lanes"] == 2
     print(report.latency, file=sys.stderr)
+
+
+def test_a_node_times_as_many_jobs_at_once_as_it_has_lanes_and_a_gpu_job_alone() -> None:
+    """The phase's bookkeeping (the actor's class, run here without Ray): lanes granted apart, a whole-node job waits."""
+    import asyncio
+
+    from zoo_convert.farm.driver import _NodeLeases
+
+    async def scenario(max_lanes: int | None) -> list[tuple[str, tuple[int, ...]]]:
+        leases, granted = _NodeLeases(backlog=4, max_lanes=max_lanes), []
+
+        async def job(token: str, whole: bool = False) -> None:
+            held, lanes = await leases.bench("n", token, 2, whole)
+            granted.append((token, held if len(held) < lanes else "whole node"))
+
+        for token in ("a", "b", "gpu", "c"):  # all four convert; the phase begins once the last asks to be timed
+            await leases.convert("n", token)
+        tasks = [asyncio.create_task(job(t, whole=t == "gpu")) for t in ("a", "b", "gpu", "c")]
+        await asyncio.sleep(0.05)
+        first = list(granted)
+        for token in ("a", "b", "gpu", "c"):
+            await leases.forget(token)
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*tasks)
+        return first + [("then", ())] + granted[len(first):]
+
+    # Two lanes: a and b at once, each on a lane of its own; the GPU job waits for both, then c.
+    assert asyncio.run(scenario(None)) == [("a", (0,)), ("b", (1,)), ("then", ()), ("gpu", "whole node"), ("c", (0,))]
+    # --bench-lanes 1: one at a time, each holding the whole node.
+    whole = "whole node"
+    assert asyncio.run(scenario(1)) == [("a", whole), ("then", ()), ("b", whole), ("gpu", whole), ("c", whole)]

@@ -588,6 +588,8 @@ def publish(
 @_OPTIMIZE
 @_NO_OPTIMIZE
 @_NO_BENCHMARK
+@click.option("--bench-lanes", type=click.IntRange(1),
+              help="benchmarks a node times at once, each pinned to CPUs of its own (default: its CPUs; 1: one at a time)")
 @_NO_LONG_SHAPE
 @_NO_GENERATION
 @_shape_options
@@ -613,6 +615,7 @@ def run(
     optimization: str,
     no_optimize: bool,
     no_benchmark: bool,
+    bench_lanes: int | None,
     no_long_shape: bool,
     no_generation: bool,
     shapes: dict[str, int],
@@ -664,6 +667,7 @@ def run(
         max_attempts=max_attempts,
         hub_limits=HubLimits(api=hub_requests_per_5min, resolvers=hub_downloads_per_5min),
         wait=wait,
+        bench_lanes=bench_lanes,
     )
     report = run_farm(manifest_path, db_path=db_path, settings=settings, options=options, name=name)
     if report.stopped:

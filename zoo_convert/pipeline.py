@@ -14,6 +14,7 @@ import gc
 import hashlib
 import itertools
 import json
+import os
 import resource
 import shutil
 import socket
@@ -288,7 +289,8 @@ def _benchmarked(
     In a farm job the benchmark waits for the node's latency phase (``forked.alone_on_node``):
     no conversion runs on the node while it is timed; the deployment targets' passed variants are
     timed there too: by their parked checks (``checked``), or loaded again (``target.time_alone``).
-    The stage's details keep the wait and the wall-clock window it was timed in.
+    The stage's details keep the wait, the wall-clock window it was timed in and the CPUs it was
+    pinned to (a node times as many jobs at once as it has lanes: farm.driver._NodeLeases).
     """
     from .stages import benchmark, target
 
@@ -306,7 +308,8 @@ def _benchmarked(
             run.facts["targets"] = tuple(target.time_alone(exported, rows))
             details["targets_seconds"] = round(time.perf_counter() - t1, 4)
         details.update(variants=sorted(latencies), noisy=sorted(v for v, lat in latencies.items() if lat.noisy),
-                       lease_wait_s=round(waited, 4), window=[round(started, 4), round(time.time(), 4)])
+                       lease_wait_s=round(waited, 4), window=[round(started, 4), round(time.time(), 4)],
+                       cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
     return [_with_latency(v, latencies[v.variant]) if v.variant in latencies else v for v in run.variants]
 
 

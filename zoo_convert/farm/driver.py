@@ -104,6 +104,8 @@ class FarmOptions:
         backoff_s: wait before the second attempt; doubles per attempt, capped at a minute.
         hub_limits: the Hub request budget the whole run (driver and workers) shares.
         wait: when another run holds the database, wait for it instead of stopping.
+        bench_lanes: benchmarks a node times at once in its latency phase, each pinned to CPUs of its own
+            (None: its CPUs over the benchmark's threads; 1: one at a time, on the whole node).
     """
 
     address: str | None = None
@@ -115,6 +117,7 @@ class FarmOptions:
     backoff_s: float = 2.0
     hub_limits: HubLimits = HubLimits()
     wait: bool = False
+    bench_lanes: int | None = None
 
 
 @dataclass
@@ -228,7 +231,8 @@ def _job_task(
     governor = hub_budget.installed()
     if not isinstance(governor, _ClusterGovernor) or governor.actor != budget:
         hub_budget.install(_ClusterGovernor(budget))
-    lease = _NodeLease(leases, ray.get_runtime_context().get_node_id(), token) if leases is not None else None
+    node = ray.get_runtime_context().get_node_id()
+    lease = _NodeLease(leases, node, token, settings.threads, entry.gpu) if leases is not None else None
     try:
         if lease is not None:
             lease.converting()
@@ -249,32 +253,40 @@ class _Node:
 
     converting: set[str] = field(default_factory=set)
     queue: list[str] = field(default_factory=list)
-    timing: str | None = None
+    lanes: int = 1  # benchmarks the node times at once, each on CPUs of its own
+    timing: dict[str, tuple[int, ...]] = field(default_factory=dict)  # token -> the lanes it holds
     phase: bool = False  # conversions held until the queue is timed
     phase_t0: float = 0.0
     first_grant: float | None = None
     phases: int = 0
     phase_s: float = 0.0  # wall time in latency phases, draining included
     drain_s: float = 0.0  # of which: waiting for the conversions running when the phase began
-    timed_s: float = 0.0  # of which: benchmarks holding the node
-    held: float = 0.0
+    timed_s: float = 0.0  # of which: some benchmark holding the node
+    busy_since: float | None = None
+
+    def free_lanes(self) -> list[int]:
+        held = {lane for lanes in self.timing.values() for lane in lanes}
+        return [lane for lane in range(self.lanes) if lane not in held]
 
 
 class _NodeLeases:
-    """The farm's latency phase: per node, benchmarks run one at a time with no conversion beside them.
+    """The farm's latency phase: per node, benchmarks with no conversion beside them, each on CPUs of its own.
 
     A job converts when its node is not in a phase (``convert``) and asks to be timed when its
     conversion is over (``bench``). A node enters a phase once no conversion runs there and some
     job waits to be timed, or once ``backlog`` jobs wait (then new conversions wait, and those
-    running finish); it times the waiting jobs in order, one at a time (``benched`` frees the
-    node for the next), and leaves the phase when none is left. Jobs wait inside ``ray.get``,
-    which gives their CPU back to Ray: conversions go on while jobs queue for their timing.
-    ``forget`` drops a job however it ended (the driver calls it for every finished task: a worker
-    killed mid-benchmark does not hold its node forever).
+    running finish); it times the waiting jobs in order, as many at once as the node has lanes
+    (its CPUs over the benchmark's threads: the caller pins each to its lane's CPUs), a GPU job
+    alone (its GPU targets share one device), and leaves the phase when none is left. Timed one at
+    a time, a node of 16 CPUs timed on one of them while 15 idled: the phase grew with the node.
+    Jobs wait inside ``ray.get``, which gives their CPU back to Ray: conversions go on while jobs
+    queue for their timing. ``forget`` drops a job however it ended (the driver calls it for every
+    finished task: a worker killed mid-benchmark does not hold its node forever).
     """
 
-    def __init__(self, backlog: int) -> None:
+    def __init__(self, backlog: int, max_lanes: int | None = None) -> None:
         self.backlog = max(1, backlog)
+        self.max_lanes = max_lanes
         self.nodes: dict[str, _Node] = {}
         self.changed = asyncio.Condition()
 
@@ -286,11 +298,16 @@ class _NodeLeases:
         for n in self.nodes.values():
             if not n.phase and n.queue and (not n.converting or len(n.queue) >= self.backlog):
                 n.phase, n.phase_t0, n.first_grant = True, now, None
-            if n.phase and not n.queue and n.timing is None:
+            if n.phase and not n.queue and not n.timing:
                 n.phase = False
                 n.phases += 1
                 n.phase_s += now - n.phase_t0
                 n.drain_s += (n.first_grant or now) - n.phase_t0
+            if n.timing and n.busy_since is None:
+                n.busy_since = now
+            elif not n.timing and n.busy_since is not None:
+                n.timed_s += now - n.busy_since
+                n.busy_since = None
         self.changed.notify_all()
 
     @ray.method
@@ -301,37 +318,47 @@ class _NodeLeases:
             self._update()
 
     @ray.method
-    async def bench(self, node: str, token: str) -> None:
+    async def bench(self, node: str, token: str, lanes: int, whole: bool) -> tuple[tuple[int, ...], int]:
+        """Wait for this job's turn in its node's phase; the lanes it holds, of how many (all of them: the whole node).
+
+        ``lanes``: the node's CPUs over the benchmark's threads, capped by ``--bench-lanes``.
+        """
         async with self.changed:
             n = self._node(node)
+            n.lanes = max(1, min(lanes, self.max_lanes or lanes))
             n.converting.discard(token)
             n.queue.append(token)
             self._update()
-            await self.changed.wait_for(lambda: n.phase and n.timing is None and not n.converting and n.queue[0] == token)
+
+            def turn() -> bool:
+                free = len(n.free_lanes())
+                return n.phase and not n.converting and n.queue[0] == token and (free == n.lanes if whole else free > 0)
+
+            await self.changed.wait_for(turn)
             n.queue.pop(0)
-            n.timing, n.held = token, time.monotonic()
-            n.first_grant = n.first_grant or n.held
+            held = tuple(n.free_lanes()) if whole else tuple(n.free_lanes()[:1])
+            n.timing[token] = held
+            n.first_grant = n.first_grant or time.monotonic()
             self._update()
+            return held, n.lanes
 
     @ray.method
     async def forget(self, token: str) -> None:
-        """Drop ``token`` wherever it is: converting, waiting, or holding its node."""
+        """Drop ``token`` wherever it is: converting, waiting, or holding lanes of its node."""
         async with self.changed:
             for n in self.nodes.values():
                 n.converting.discard(token)
                 if token in n.queue:
                     n.queue.remove(token)
-                if n.timing == token:
-                    n.timing = None
-                    n.timed_s += time.monotonic() - n.held
+                n.timing.pop(token, None)
             self._update()
 
     @ray.method
     async def seconds(self) -> dict[str, dict[str, float]]:
-        """Per node: latency phases, their seconds, the draining and the timing in them."""
+        """Per node: latency phases, their seconds, the draining and the timing in them, and its lanes."""
         async with self.changed:
-            return {node: {"phases": n.phases, "phase_s": n.phase_s, "drain_s": n.drain_s, "timed_s": n.timed_s}
-                    for node, n in self.nodes.items()}  # fmt: skip
+            return {node: {"phases": n.phases, "phase_s": n.phase_s, "drain_s": n.drain_s, "timed_s": n.timed_s,
+                           "lanes": n.lanes} for node, n in self.nodes.items()}  # fmt: skip
 
 
 _NodeLeasesActor = ray.remote(num_cpus=0)(_NodeLeases)
@@ -340,14 +367,20 @@ _NodeLeasesActor = ray.remote(num_cpus=0)(_NodeLeases)
 class _NodeLease:
     """An :class:`isolation.Lease` on the run's ``_NodeLeases`` actor for one job on one node."""
 
-    def __init__(self, actor: ActorProxy[_NodeLeases], node: str, token: str) -> None:
-        self.actor, self.node, self.token = actor, node, token
+    def __init__(self, actor: ActorProxy[_NodeLeases], node: str, token: str, threads: int, whole: bool) -> None:
+        self.actor, self.node, self.token, self.whole = actor, node, token, whole
+        self.threads = max(1, threads)
+        # The CPUs a benchmark may be pinned to: this worker's, no more than the node offers Ray.
+        self.cpus = sorted(os.sched_getaffinity(0))[: _node_cpus(node)]
 
     def converting(self) -> None:
         ray.get(self.actor.convert.remote(self.node, self.token))
 
-    def acquire(self) -> None:
-        ray.get(self.actor.bench.remote(self.node, self.token))
+    def acquire(self) -> tuple[int, ...] | None:
+        held, lanes = ray.get(self.actor.bench.remote(self.node, self.token, len(self.cpus) // self.threads, self.whole))
+        if len(held) >= lanes:
+            return None  # the node is the job's: nothing to pin
+        return tuple(cpu for lane in held for cpu in self.cpus[lane * self.threads : (lane + 1) * self.threads])
 
     def release(self) -> None:
         ray.get(self.actor.forget.remote(self.token))
@@ -355,6 +388,14 @@ class _NodeLease:
     def done(self) -> None:
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(self.actor.forget.remote(self.token))
+
+
+def _node_cpus(node: str) -> int:
+    """The CPUs Ray counts on ``node`` (a local instance's ``num_cpus`` may be fewer than the machine's)."""
+    for n in ray.nodes():
+        if n["NodeID"] == node:
+            return max(1, int(n["Resources"].get("CPU", 1)))
+    return 1
 
 
 class _HubBudget:
@@ -511,7 +552,7 @@ def _run_farm(
                           " (`zoo-convert manifest validate` lists them all)")  # fmt: skip
         if needs_ray:
             budget = _cluster_budget(options.hub_limits, report.run_id)
-            leases = _node_leases(resources, report.run_id) if settings.benchmark and plan.jobs else None
+            leases = _node_leases(resources, report.run_id, options.bench_lanes) if settings.benchmark and plan.jobs else None
             try:
                 driver = _Driver(store, report, progress, settings, options, job_fn, resources, budget, leases)
                 driver.run(plan.jobs, plan.unresolved, done)
@@ -763,12 +804,12 @@ def _invalid_result(bad: InvalidRow) -> ConversionResult:
     return failure_result(entry, FailureKind.MANIFEST_ERROR, bad.problem.reason, stage="manifest")
 
 
-def _node_leases(resources: dict[str, float], run_id: str) -> ActorProxy[_NodeLeases]:
+def _node_leases(resources: dict[str, float], run_id: str, lanes: int | None) -> ActorProxy[_NodeLeases]:
     """The run's latency phases (:class:`_NodeLeases`), on the driver's node: each node times ``backlog`` jobs at most
-    per phase, four per CPU of the largest node."""
+    per phase, four per CPU of the largest node, at most ``lanes`` at once."""
     cpus = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=int(resources.get("CPU", 1)))
     return _NodeLeasesActor.options(name=f"zoo-convert-latency-{run_id}", scheduling_strategy=_on_driver_node()).remote(
-        BENCH_BACKLOG_PER_CPU * max(1, cpus)
+        BENCH_BACKLOG_PER_CPU * max(1, cpus), lanes
     )
 
 
@@ -845,10 +886,12 @@ def _where_seconds_go(report: FarmReport) -> str:
     timed = sum(n["timed_s"] for n in nodes) / max(1, len(nodes))
     drain = sum(n["drain_s"] for n in nodes) / max(1, len(nodes))
     phases = sum(int(n["phases"]) for n in nodes)
+    lanes = sorted({int(n.get("lanes", 1)) for n in nodes}) or [1]
     share = 100.0 * phase / report.seconds if report.seconds > 0 else 0.0
     per_node = " per node" if len(report.latency) > 1 else ""
+    at_once = "one at a time" if lanes == [1] else f"{'-'.join(map(str, lanes))} at once"
     return (f"seconds    {report.seconds:.1f} s: converting {report.seconds - phase:.1f} s, latency phase {phase:.1f} s"
-            f"{per_node} ({share:.0f} %: timing {timed:.1f} s, draining conversions {drain:.1f} s,"
+            f"{per_node} ({share:.0f} %: timing {timed:.1f} s {at_once}, draining conversions {drain:.1f} s,"
             f" {phases} phases on {len(report.latency)} node{'s' if len(report.latency) > 1 else ''})")
 
 

@@ -96,9 +96,13 @@ class JobFn(Protocol):
 
 
 class Lease(Protocol):
-    """The node to one job for its benchmark (the farm's latency phase): ``acquire`` blocks until it is this job's."""
+    """The node to one job for its benchmark (the farm's latency phase): ``acquire`` blocks until it is this job's.
 
-    def acquire(self) -> None: ...
+    ``acquire`` returns the CPUs the job's processes are pinned to while the node times others beside
+    it on other CPUs, or None where the node is the job's alone.
+    """
+
+    def acquire(self) -> tuple[int, ...] | None: ...
 
     def release(self) -> None: ...
 
@@ -194,6 +198,7 @@ class _Held:
     def __init__(self, lease: Lease | None, ask: Path, fifo: Path) -> None:
         self.lease, self.ask, self.fifo = lease, ask, fifo
         self.state = "none"  # none -> acquired (granting) -> granted -> freed
+        self.pid: int | None = None  # the job's process, once started
 
     def serve(self) -> float:
         """Act on what the job said; returns the seconds spent waiting for the lease (off the job's clock)."""
@@ -206,8 +211,10 @@ class _Held:
         waited = 0.0
         if self.state == "none" and said == "ask":
             t0 = time.monotonic()
-            self.lease.acquire()
+            cpus = self.lease.acquire()
             waited = time.monotonic() - t0
+            if cpus is not None and self.pid is not None:
+                pin_tree(self.pid, cpus)  # before the grant: nothing of the job is timed off its CPUs
             self.state = "acquired"
         if self.state == "acquired" and grant(self.fifo):
             self.state = "granted"
@@ -220,6 +227,32 @@ class _Held:
         if self.lease is not None and self.state in ("acquired", "granted"):
             self.state = "freed"
             self.lease.release()
+
+
+def pin_tree(pid: int, cpus: tuple[int, ...]) -> None:
+    """Pin every thread of ``pid`` and of its descendants to ``cpus`` (Linux; elsewhere nothing).
+
+    Each thread on its own: a process's affinity is its threads', and the job's runtimes hold
+    pools made before the grant (a target child's OpenVINO or node, ONNX Runtime's); threads
+    made later inherit it. A process or thread gone meanwhile is skipped.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    todo, seen = [pid], set[int]()
+    while todo:
+        proc = todo.pop()
+        if proc in seen:
+            continue
+        seen.add(proc)
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{proc}/task")]
+        except (OSError, ValueError):
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{proc}/task/{tid}/children") as f:
+                todo += [int(c) for c in f.read().split()]
 
 
 class ForkServer:
@@ -258,7 +291,7 @@ class ForkServer:
         held = _Held(lease, Path(out + ".lease"), Path(out + ".grant"))
         with self.lock:
             try:
-                pid = self._start(request)
+                pid = held.pid = self._start(request)
                 deadline = time.monotonic() + timeout
                 verdict: FailureKind | None = None
                 while True:

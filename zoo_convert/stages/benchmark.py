@@ -8,7 +8,7 @@ one side's idle threads compete with the next side's: ONNX Runtime's pool spin-w
 after a run, and at two threads PyTorch's bert read 10x slower than at one. Blocks
 are fair only if the machine is the same for all of them, so in a farm the stage
 runs in the node's latency phase (``forked.alone_on_node``: no conversion runs on the
-node meanwhile, one benchmark at a time), and every measurement records how many CPUs
+node meanwhile, other benchmarks only on other CPUs), and every measurement records how many CPUs
 other processes kept busy during it (/proc/stat less this process's own time).
 PyTorch is timed once per job, not once per variant. A model whose weights are stored outside its graph
 (over ``Settings.external_data_threshold``) is not held beside the torch model:
@@ -257,7 +257,7 @@ class _Conditions:
 
 def _noisy(others: float, timing: Timing | None, threads: int) -> bool:
     """The median not pinned down, or other processes kept busy more CPUs than the measurement left free."""
-    free = max(0, _cpus() - threads)
+    free = max(0, _cpus() - threads)  # the farm's other benchmark lanes among them: each on CPUs of its own
     return others > free + NOISY_OTHERS_SLACK or (timing is not None and timing.ci > NOISY_CI)
 
 
@@ -428,11 +428,9 @@ def _ci_of_sorted(ordered: list[float]) -> float:
 
 
 def _cpus() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The machine's CPUs, all that /proc/stat counts; not this process's affinity, which a farm's latency phase pins
+    to its benchmark lane (farm.isolation.pin_tree) while other lanes are timed on the other CPUs."""
+    return os.cpu_count() or 1
 
 
 def _load() -> float:

@@ -93,12 +93,13 @@ def set_lease_paths(paths: tuple[Path, Path] | None) -> None:
 
 @contextlib.contextmanager
 def alone_on_node() -> Iterator[float]:
-    """Hold the node to this job alone for the block: the farm's latency phase (yields the seconds waited for it).
+    """Hold the node's CPUs this job is timed on for the block: the farm's latency phase (yields the seconds waited).
 
     In a farm job, the job asks its caller (a file), which takes the node's benchmark lease
-    (``farm``: no conversion runs on the node meanwhile, one benchmark at a time) and grants it
-    through a FIFO this process blocks on, using no CPU while others are timed; leaving the
-    block says the node is free again. Outside such a job (``convert``, a test) a no-op.
+    (``farm``: no conversion runs on the node meanwhile; other benchmarks only on other CPUs, the
+    job's processes pinned to its own before the grant) and grants it through a FIFO this process
+    blocks on, using no CPU while others are timed; leaving the block frees its CPUs again.
+    Outside such a job (``convert``, a test) a no-op.
     """
     if _lease_paths is None:
         yield 0.0
