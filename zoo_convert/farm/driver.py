@@ -370,17 +370,16 @@ class _NodeLease:
     def __init__(self, actor: ActorProxy[_NodeLeases], node: str, token: str, threads: int, whole: bool) -> None:
         self.actor, self.node, self.token, self.whole = actor, node, token, whole
         self.threads = max(1, threads)
-        # The CPUs a benchmark may be pinned to: this worker's, no more than the node offers Ray.
-        self.cpus = sorted(os.sched_getaffinity(0))[: _node_cpus(node)]
 
     def converting(self) -> None:
         ray.get(self.actor.convert.remote(self.node, self.token))
 
     def acquire(self) -> tuple[int, ...] | None:
-        held, lanes = ray.get(self.actor.bench.remote(self.node, self.token, len(self.cpus) // self.threads, self.whole))
+        cpus = _lane_cpus(self.node)
+        held, lanes = ray.get(self.actor.bench.remote(self.node, self.token, len(cpus) // self.threads, self.whole))
         if len(held) >= lanes:
             return None  # the node is the job's: nothing to pin
-        return tuple(cpu for lane in held for cpu in self.cpus[lane * self.threads : (lane + 1) * self.threads])
+        return tuple(cpu for lane in held for cpu in cpus[lane * self.threads : (lane + 1) * self.threads])
 
     def release(self) -> None:
         ray.get(self.actor.forget.remote(self.token))
@@ -390,12 +389,12 @@ class _NodeLease:
             ray.get(self.actor.forget.remote(self.token))
 
 
-def _node_cpus(node: str) -> int:
-    """The CPUs Ray counts on ``node`` (a local instance's ``num_cpus`` may be fewer than the machine's)."""
-    for n in ray.nodes():
-        if n["NodeID"] == node:
-            return max(1, int(n["Resources"].get("CPU", 1)))
-    return 1
+@functools.cache  # a worker serves job after job on one node, whose CPUs do not change: one GCS query per worker
+def _lane_cpus(node: str) -> tuple[int, ...]:
+    """The CPUs a benchmark on ``node`` may be pinned to: this worker's, no more than Ray counts on the node (a local
+    instance's ``num_cpus`` may be fewer than the machine's)."""
+    counted = next((int(n["Resources"].get("CPU", 1)) for n in ray.nodes() if n["NodeID"] == node), 1)
+    return tuple(sorted(os.sched_getaffinity(0))[: max(1, counted)])
 
 
 class _HubBudget:
@@ -886,7 +885,7 @@ def _where_seconds_go(report: FarmReport) -> str:
     timed = sum(n["timed_s"] for n in nodes) / max(1, len(nodes))
     drain = sum(n["drain_s"] for n in nodes) / max(1, len(nodes))
     phases = sum(int(n["phases"]) for n in nodes)
-    lanes = sorted({int(n.get("lanes", 1)) for n in nodes}) or [1]
+    lanes = sorted({int(n["lanes"]) for n in nodes}) or [1]
     share = 100.0 * phase / report.seconds if report.seconds > 0 else 0.0
     per_node = " per node" if len(report.latency) > 1 else ""
     at_once = "one at a time" if lanes == [1] else f"{'-'.join(map(str, lanes))} at once"
