@@ -44,16 +44,15 @@ CHOSEN = "chosen"
 # chosen: what default_exclude gives (every MatMul int8, embedding lookups float); all: ORT's
 # defaults (embeddings uint8 too: a smaller file); gelu-float: the farm's recipe before (FFN
 # down-projections float); attention: chosen plus the attention MatMuls of two activations
-# (as optimum's avx512_vnni, which quantizes them too); pt-default and pt-attention: the same two per tensor, the
-# latter optimum's recipe but for the embedding tables (docs/benchmarks.md: what each costs in cosine and p50).
+# (as optimum's avx512_vnni, which quantizes them too); per-tensor-attention: both per tensor, optimum's recipe but
+# for the embedding tables (docs/benchmarks.md: what each costs in cosine and p50).
 RECIPES: dict[str, dict[str, Any]] = {
     CHOSEN: {"weight_type": "int8", "per_channel": True, "exclude": ["default"]},
     "all": {"weight_type": "int8", "per_channel": True, "exclude": []},
     "gelu-float": {"weight_type": "int8", "per_channel": True, "exclude": ["gelu"]},
     "attention": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": True},
     "per-tensor": {"weight_type": "int8", "per_channel": False, "exclude": ["embeddings"]},
-    "pt-default": {"weight_type": "int8", "per_channel": False, "exclude": ["default"]},
-    "pt-attention": {"weight_type": "int8", "per_channel": False, "exclude": ["default"], "activations": True},
+    "per-tensor-attention": {"weight_type": "int8", "per_channel": False, "exclude": ["embeddings"], "activations": True},
     "uint8": {"weight_type": "uint8", "per_channel": True, "exclude": ["embeddings"]},
 }
 
