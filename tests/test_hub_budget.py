@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Iterator
@@ -100,7 +101,15 @@ def test_threads_drawing_from_one_budget_meet_the_limit_without_a_429(hub: HubSe
     hub.forget_requests()  # a fresh window, without waiting the storm's out
     since = time.monotonic()
     hub_budget.install(LocalGovernor(HubLimits(api=20, window_s=2.0)))
-    seconds, errors = _model_infos(hub, 80)
+    # The Hub here shares the process: a collection of the suite's heap between a request's
+    # grant and the server stamping its arrival can shift the server's window by more than the
+    # budget's 0.25 s margin (the likely cause of one 429 in CI), which a far-away Hub never sees.
+    gc.collect()
+    gc.disable()
+    try:
+        seconds, errors = _model_infos(hub, 80)
+    finally:
+        gc.enable()
     assert errors == [] and hub.counts(status=429, since=since) == {}
     fastest = (math.ceil(80 / 20) - 1) * 2.0  # 20 at once, then 20 per window
     assert fastest <= seconds <= 1.3 * fastest
