@@ -19,7 +19,7 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 # the top-level module or folder of the package (``verify`` is zoo_convert/verify/). docs/architecture.md
 # draws the same list; a test holds the two together.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("checks", "versions", "onnx_graph"),
+    ("checks", "node", "onnx_graph"),
     ("errors",),
     ("variants",),
     ("records", "sources"),

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import click
 
+from . import node
 from .errors import (
     MachineFaultError,
     ManifestError,
@@ -314,7 +315,7 @@ def convert(
         verify_long=not no_long_shape,
         verify_generation=not no_generation,
         # One model on this machine, as optimum-cli runs it; the farm packs one job per CPU instead.
-        threads=threads or _usable_cpus(),
+        threads=threads or node.usable_cpus(),
         shapes=shapes,
         targets=targets,
     )
@@ -802,13 +803,6 @@ def manifest_coverage(path: str, per_row: bool, top: int, exporter: str | None) 
             click.echo("\t".join([str(r.row), mark, r.library, r.model_type or "", r.task or "", r.source, r.reason]))
     for line in summary(rows, top):
         click.echo(line)
-
-
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):  # Linux; macOS and Windows have no affinity mask
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 # Set by a command once everything it writes is written and closed (convert): main() then

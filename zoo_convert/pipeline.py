@@ -50,7 +50,7 @@ from .records import (
 )
 from .stages import Artifact, ExportedModel, Latency
 from .stages.forked import alone_on_node, note_claimed
-from .versions import toolchain_versions
+from .node import toolchain_versions
 
 if TYPE_CHECKING:
     from .stages.target import Pending

@@ -73,7 +73,7 @@ from ..stages.fetch import download
 from ..store.db import ResultStore
 from ..store.lock import run_lock
 from ..store.queries import latest_job_statuses, run_label
-from ..versions import toolchain_versions
+from ..node import toolchain_versions
 from . import hub_budget
 from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, preload_for, run_isolated

@@ -84,7 +84,7 @@ from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
 from ..stages.forked import claim_into, die_with_parent, grant, set_lease_paths
-from ..versions import toolchain_versions
+from ..node import toolchain_versions
 
 
 class JobFn(Protocol):

@@ -35,7 +35,7 @@ from ..manifest import Manifest, row_key
 from ..records import DEFAULT_OPTIMIZATION, HubSnapshot, ManifestEntry, Settings
 from ..sources import is_local
 from ..stages.fetch import hub_snapshot, list_snapshots, resolve_revision
-from ..versions import toolchain_versions
+from ..node import toolchain_versions
 
 GIB = 1024**3
 # Weights are held as torch tensors, ONNX initializers and ORT buffers at once, on top of ~1 GiB of runtime.

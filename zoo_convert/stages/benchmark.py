@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import node
 from ..errors import first_line, is_our_bug
 from ..records import Settings
 from ..verify.runtime import (
@@ -366,31 +367,18 @@ def _block(call: Callable[[], None], settings: Settings) -> tuple[list[float], f
 
 
 class _Busy:
-    """CPUs kept busy by other processes since this was made: the machine's busy time (/proc/stat) less this process's."""
+    """CPUs kept busy by other processes since this was made: the node's busy time (:func:`zoo_convert.node.busy_s`) less this
+    process's."""
 
     def __init__(self) -> None:
-        self.t0, self.machine0, self.own0 = time.perf_counter(), _machine_busy_s(), _own_cpu_s()
+        self.t0, self.machine0, self.own0 = time.perf_counter(), node.busy_s(), _own_cpu_s()
 
     def others(self) -> float:
         wall = time.perf_counter() - self.t0
-        machine = _machine_busy_s()
-        if wall <= 0 or machine is None or self.machine0 is None:
+        busy = node.busy_s()
+        if wall <= 0 or busy is None or self.machine0 is None:
             return _load()  # no /proc/stat: the load average is the best there is
-        return max(0.0, (machine - self.machine0 - (_own_cpu_s() - self.own0)) / wall)
-
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _machine_busy_s() -> float | None:
-    """CPU-seconds every CPU of the machine spent on anything but idle and I/O wait since boot (Linux)."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, idle, iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / _TICK
+        return max(0.0, (busy - self.machine0 - (_own_cpu_s() - self.own0)) / wall)
 
 
 def _own_cpu_s() -> float:
@@ -428,9 +416,10 @@ def _ci_of_sorted(ordered: list[float]) -> float:
 
 
 def _cpus() -> int:
-    """The machine's CPUs, all that /proc/stat counts; not this process's affinity, which a farm's latency phase pins
-    to its benchmark lane (farm.isolation.pin_tree) while other lanes are timed on the other CPUs."""
-    return os.cpu_count() or 1
+    """The node's CPUs (its cgroup's cpuset and quota, :func:`zoo_convert.node.cpus`); not this process's affinity, which a
+    farm's latency phase pins to its benchmark lane (farm.isolation.pin_tree) while other lanes are timed on the other
+    CPUs."""
+    return node.cpus().count
 
 
 def _load() -> float:
