@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from zoo_convert import zoo
+from zoo_convert.farm import driver
 from zoo_convert.farm.driver import FarmOptions, run_farm
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
@@ -32,9 +33,11 @@ def _epoch(iso: str) -> float:
 
 
 def test_each_benchmark_has_its_cpus_to_itself_and_the_run_says_where_its_seconds_went(
-    local_ray: None, tmp_path: Path
+    local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two CPUs, one benchmark thread: two lanes, each job pinned to one CPU; one timed beside another is on the other."""
+    """Two CPUs, one benchmark thread: two lanes, each job pinned to one CPU; one timed beside another is on the other.
+    A phase begins once two jobs wait (one per CPU): the conversions running then are paused, stopped until it ends."""
+    monkeypatch.setattr(driver, "BENCH_BACKLOG_PER_CPU", 1)
     manifest = zoo.build(tmp_path / "zoo", NAMES)
     out, db = tmp_path / "out", tmp_path / "results.duckdb"
     settings = Settings(out_dir=str(out))
@@ -44,8 +47,9 @@ def test_each_benchmark_has_its_cpus_to_itself_and_the_run_says_where_its_second
     results = [ConversionResult.from_json((out / f"{name}.result.json").read_text()) for name in NAMES]
     # Each job: converting from its start until it asked for its node (its benchmark's start less the wait for it);
     # timed in its benchmark's window.
-    converting, timing, cpus = {}, {}, {}
+    converting, timing, cpus, paused = {}, {}, {}, {}
     for r in results:
+        paused[r.source] = r.paused
         bench = next(s for s in r.stages if s.stage == "benchmark")
         start, end = bench.details["window"]
         assert r.started_at is not None and "lease_wait_s" in bench.details
@@ -59,7 +63,10 @@ def test_each_benchmark_has_its_cpus_to_itself_and_the_run_says_where_its_second
             if b == a:
                 continue
             c0, c1 = converting[b]
-            assert t1 <= c0 or t0 >= c1, f"{Path(a).name} was timed while {Path(b).name} converted"
+            if not (t1 <= c0 or t0 >= c1):  # only while b was stopped
+                overlap = (max(t0, c0), min(t1, c1))
+                assert any(p0 <= overlap[0] and overlap[1] <= p1 for p0, p1 in paused[b]), (
+                    f"{Path(a).name} was timed while {Path(b).name} converted (paused: {paused[b]})")
             s0, s1 = timing[b]
             if not (t1 <= s0 or t0 >= s1):
                 beside += 1
@@ -80,6 +87,10 @@ def test_each_benchmark_has_its_cpus_to_itself_and_the_run_says_where_its_second
     # The run says how long its latency phases took, and it is printed.
     (node,) = report.latency.values()
     assert node["phases"] >= 1 and 0 < node["timed_s"] <= node["phase_s"] < report.seconds and node["lanes"] == 2
+    assert node["pauses"] >= 1 and any(paused.values()), (node, paused)
+    for r in results:  # a stage's seconds leave its pauses out: a stage never outlasts its job's wall time less them
+        wall = _epoch(r.finished_at) - _epoch(r.started_at) - sum(p1 - p0 for p0, p1 in paused[r.source])
+        assert sum(s.seconds for s in r.stages) <= wall + 0.5, (r.source, wall)
     print(report.latency, file=sys.stderr)
 
 
@@ -112,3 +123,34 @@ def test_a_node_times_as_many_jobs_at_once_as_it_has_lanes_and_a_gpu_job_alone()
     # --bench-lanes 1: one at a time, each holding the whole node.
     whole = "whole node"
     assert asyncio.run(scenario(1)) == [("a", whole), ("then", ()), ("b", whole), ("gpu", whole), ("c", whole)]
+
+
+def test_a_phase_pauses_the_conversions_running_and_they_go_on_after_it() -> None:
+    """The phase's bookkeeping (the actor's class, without Ray): a phase begun while b converts is granted once b is
+    paused, not when b ends; b and new conversions go on when the phase is over."""
+    import asyncio
+
+    from zoo_convert.farm.driver import _NodeLeases
+
+    async def scenario() -> None:
+        leases = _NodeLeases(backlog=1)
+        await leases.convert("n", "a")
+        await leases.convert("n", "b")
+        phase_b = asyncio.create_task(leases.until_phase("n", "b"))
+        bench_a = asyncio.create_task(leases.bench("n", "a", 2, False))
+        await asyncio.sleep(0.05)
+        assert phase_b.done() and not bench_a.done()  # a waits: the phase began, b still converts
+        paused_b = asyncio.create_task(leases.pause("n", "b"))
+        await asyncio.sleep(0.05)
+        assert bench_a.done() and not paused_b.done()  # a is timed while b is stopped; b waits for the phase's end
+        convert_c = asyncio.create_task(leases.convert("n", "c"))
+        await asyncio.sleep(0.05)
+        assert not convert_c.done()  # no new conversion in a phase
+        await leases.forget("a")
+        await asyncio.sleep(0.05)
+        assert paused_b.done() and convert_c.done()
+        assert leases.nodes["n"].converting == {"b", "c"}
+        seconds = (await leases.seconds())["n"]
+        assert seconds["pauses"] == 1 and seconds["phases"] == 1 and seconds["drain_s"] < 0.5
+
+    asyncio.run(scenario())

@@ -259,3 +259,64 @@ def test_a_planted_socket_folder_is_refused_before_anything_starts(tmp_path: Pat
         ForkServer(str(folder / "fork.sock"), preload="zoo_convert.records", linger_s=0.5)
     assert f"{folder} {problem}" in str(refused.value) and "rm -rf" in str(refused.value)
     assert sorted(p.name for p in tmp_path.rglob("*") if p.name != "real") == ["s"]  # no lock, log or socket made
+
+
+def spinning(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+    """One stage of 1 CPU second of work beside a spinning grandchild; their pids in ``<source>.pids``."""
+    from zoo_convert.pipeline import _Run
+    from zoo_convert.stages.forked import paused_windows
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    Path(entry.source + ".pids").write_text(f"{os.getpid()} {spinner.pid}")
+    run, t0 = _Run(entry, on_stage), time.time()
+    with run.stage("export"):
+        spun = time.process_time() + 1.0  # CPU time: a stopped process does not advance it
+        while time.process_time() < spun:
+            pass
+    spinner.kill()
+    return ConversionResult(source=entry.source, status=PASSED, stages=tuple(run.stages),
+                            paused=tuple(paused_windows(t0)))  # fmt: skip
+
+
+class _PhaseOnce:
+    """A node whose latency phase begins once, 0.5 s into the job, and lasts 1 s (isolation.Lease, as farm.driver's)."""
+
+    def __init__(self, pids: Path) -> None:
+        self.pids, self.t0, self.paused = pids, time.monotonic(), 0
+        self.seen: list[tuple[str, float]] = []  # (state, CPU seconds) of the job and its spinner, while paused
+
+    def acquire(self) -> tuple[int, ...] | None:
+        return None
+
+    def release(self) -> None:
+        pass
+
+    def phase_began(self) -> bool:
+        return not self.paused and self.pids.exists() and time.monotonic() - self.t0 > 0.5
+
+    def pause(self) -> None:
+        self.paused += 1
+        for _ in range(2):
+            for pid in self.pids.read_text().split():
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.seen.append((stat[0], (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")))
+            time.sleep(0.5)
+
+
+def test_a_paused_job_is_stopped_whole_and_its_stage_leaves_the_pause_out(settings: Settings, tmp_path: Path) -> None:
+    """When its node's phase begins, the job and its children are stopped (no CPU used) until the phase is over;
+    the job's record keeps the window, its stage's seconds leave it out, and the timeout does not count it."""
+    entry = ManifestEntry(source=str(tmp_path / "job"), row=1)
+    lease = _PhaseOnce(tmp_path / "job.pids")
+    started = time.monotonic()
+    result = run_isolated(spinning, entry, settings, timeout_s=1.8, lease=lease)
+    wall = time.monotonic() - started
+    assert result.passed, result.message  # 1 s of work + 1 s paused, within a 1.8 s timeout: the pause is off its clock
+    assert lease.paused == 1 and wall >= 2.0
+    states, cpu = [s for s, _ in lease.seen], [c for _, c in lease.seen]
+    assert states == ["T"] * 4, lease.seen  # the job and its grandchild, both stopped, at the pause's start and end
+    assert cpu[2] - cpu[0] < 0.05 and cpu[3] - cpu[1] < 0.05, lease.seen  # no CPU used while stopped
+    ((p0, p1),) = result.paused
+    assert 0.95 < p1 - p0 < 1.5
+    (stage,) = result.stages
+    assert 0.95 < stage.seconds < 1.5, stage  # the stage's second of work, not the second it was stopped

@@ -49,7 +49,7 @@ from .records import (
     VariantResult,
 )
 from .stages import Artifact, ExportedModel, Latency
-from .stages.forked import alone_on_node, note_claimed
+from .stages.forked import alone_on_node, note_claimed, paused_windows
 from .node import toolchain_versions
 
 if TYPE_CHECKING:
@@ -427,7 +427,7 @@ class _Run:
     def __init__(self, entry: ManifestEntry, on_stage: StageCallback | None) -> None:
         self.entry = entry
         self.on_stage = on_stage
-        self.started_at = _now()
+        self.started_at, self.t0 = _now(), time.time()
         self.stages: list[StageResult] = []
         self.variants: list[VariantResult] = []
         self.facts: dict[str, Any] = {}
@@ -440,17 +440,19 @@ class _Run:
         self._current = name
         if self.on_stage is not None:
             self.on_stage(name + "".join(f"[{v}]" for v in labels.values()))
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         status = FAILED
         try:
             yield details
             status = PASSED
         finally:
+            # A farm job stopped while its node's latency phase timed others: not this stage's seconds.
+            paused = paused_windows(w0)
             self.stages.append(
                 StageResult(
                     stage=name,
                     status=status,
-                    seconds=round(time.perf_counter() - t0, 4),
+                    seconds=round(time.perf_counter() - t0 - sum(b - a for a, b in paused), 4),
                     peak_mem_mb=_peak_rss_mb(),
                     details=details,
                 )
@@ -498,6 +500,7 @@ class _Run:
             versions=toolchain_versions(),
             started_at=self.started_at,
             finished_at=_now(),
+            paused=tuple((round(a, 4), round(b, 4)) for a, b in paused_windows(self.t0)),
             node=socket.gethostname(),
             row=entry.row,
             tags=entry.tags,

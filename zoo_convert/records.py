@@ -364,6 +364,8 @@ class ConversionResult:
         artifacts_dir: folder holding ``onnx/`` and the copied config files.
         versions: toolchain versions the job ran with.
         started_at / finished_at: ISO-8601 UTC timestamps.
+        paused: the windows (epoch seconds) a farm stopped the job in while its node's latency phase timed
+            others (farm.driver._NodeLeases); its stages' seconds leave them out.
         attempts: how many times the farm ran this job (1 outside the farm).
         timeout_s: the hard timeout the job ran under (farm jobs; None outside the farm).
         node: host that ran the job.
@@ -397,6 +399,7 @@ class ConversionResult:
     versions: dict[str, str] = field(default_factory=dict)
     started_at: str | None = None
     finished_at: str | None = None
+    paused: tuple[tuple[float, float], ...] = ()
     attempts: int = 1
     timeout_s: float | None = None
     node: str | None = None
@@ -442,6 +445,7 @@ class ConversionResult:
             for v in d.get("variants", ())
         )
         d["tags"] = tuple(d.get("tags", ()))
+        d["paused"] = tuple((float(a), float(b)) for a, b in d.get("paused", ()))
         d["targets"] = tuple(
             TargetResult(**{**t, "checks": tuple(OutputCheck(**o) for o in t.get("checks", ()))})
             for t in d.get("targets", ())

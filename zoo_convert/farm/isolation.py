@@ -83,7 +83,7 @@ from typing import NamedTuple, Protocol
 from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
-from ..stages.forked import claim_into, die_with_parent, grant, set_lease_paths
+from ..stages.forked import claim_into, die_with_parent, grant, paused_path, set_lease_paths
 from ..node import toolchain_versions
 
 
@@ -105,6 +105,14 @@ class Lease(Protocol):
     def acquire(self) -> tuple[int, ...] | None: ...
 
     def release(self) -> None: ...
+
+    def phase_began(self) -> bool:
+        """Whether the node's latency phase began while this job converts (it is then paused); never blocks."""
+        ...
+
+    def pause(self) -> None:
+        """The job's processes are stopped: block until the node's phase is over."""
+        ...
 
 
 WARM_MODULE = "zoo_convert.farm.warm"
@@ -193,7 +201,8 @@ def _run_isolated(
 
 
 class _Held:
-    """The caller's side of one job's benchmark lease: asked in a file, granted through a FIFO, freed in the file."""
+    """The caller's side of one job's benchmark lease: asked in a file, granted through a FIFO, freed in the file;
+    and the job paused while its node's latency phase times others."""
 
     def __init__(self, lease: Lease | None, ask: Path, fifo: Path) -> None:
         self.lease, self.ask, self.fifo = lease, ask, fifo
@@ -201,13 +210,15 @@ class _Held:
         self.pid: int | None = None  # the job's process, once started
 
     def serve(self) -> float:
-        """Act on what the job said; returns the seconds spent waiting for the lease (off the job's clock)."""
+        """Act on what the job said; returns the seconds spent waiting for the lease or paused (off the job's clock)."""
         if self.lease is None or self.state == "freed":
             return 0.0
         try:
             said = self.ask.read_text()
         except OSError:
-            return 0.0
+            said = ""
+        if self.state == "none" and said != "ask" and self.pid is not None and self.lease.phase_began():
+            return self._pause(self.lease, self.pid)
         waited = 0.0
         if self.state == "none" and said == "ask":
             t0 = time.monotonic()
@@ -222,11 +233,67 @@ class _Held:
             self.give_back()
         return waited
 
+    def _pause(self, lease: Lease, pid: int) -> float:
+        """Stop the job's processes for its node's phase, let them go on after it; the seconds stopped.
+
+        The window goes into the job's paused file first (``forked.paused_windows``): its stages
+        leave it out of their seconds, and no one reads a stopped conversion as one beside a benchmark.
+        """
+        t0, w0 = time.monotonic(), time.time()
+        stopped = signal_tree(pid, signal.SIGSTOP)
+        try:
+            lease.pause()
+        finally:
+            with contextlib.suppress(OSError), open(paused_path(self.ask), "a") as f:
+                f.write(f"{w0:.4f} {time.time():.4f}\n")
+            for proc in stopped:
+                _signal(proc, signal.SIGCONT)
+        return time.monotonic() - t0
+
     def give_back(self) -> None:
         """Release the lease if this job holds it (also when it died holding it)."""
         if self.lease is not None and self.state in ("acquired", "granted"):
             self.state = "freed"
             self.lease.release()
+
+
+def signal_tree(pid: int, sig: int) -> list[int]:
+    """Send ``sig`` (SIGSTOP) to ``pid`` and to each of its descendants, a process before its children are listed
+    (stopped, it starts no more); the processes it reached, to send SIGCONT later. Linux; elsewhere ``pid`` only."""
+    reached: list[int] = []
+    todo = [pid]
+    while todo:
+        proc = todo.pop()
+        if proc in reached:
+            continue
+        try:
+            os.kill(proc, sig)
+        except (ProcessLookupError, PermissionError):
+            continue
+        reached.append(proc)
+        if sig == signal.SIGSTOP:
+            _until_stopped(proc)
+        try:
+            tids = os.listdir(f"/proc/{proc}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{proc}/task/{tid}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+    return reached
+
+
+def _until_stopped(pid: int, within_s: float = 0.2) -> None:
+    """Wait (briefly) until ``pid`` is stopped: a signal is delivered when the process next runs, not when sent."""
+    until = time.monotonic() + within_s
+    while time.monotonic() < until:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("T", "t", "Z", "X"):
+            return
+        time.sleep(0.001)
 
 
 def pin_tree(pid: int, cpus: tuple[int, ...]) -> None:
@@ -627,6 +694,9 @@ class _Server:
             return
         for child in self.children.values():
             if child.caller is conn:
+                # A caller that died while it had the job paused: its descendants go on first, so they see it go
+                # (transformers.js's node exits at the end of its stdin; stopped, it would wait forever).
+                signal_tree(child.pid, signal.SIGCONT)
                 _signal(child.pid, signal.SIGKILL)  # reaped when its pidfd reports the exit
                 child.caller = None
         self.callers.discard(conn)

@@ -91,6 +91,29 @@ def set_lease_paths(paths: tuple[Path, Path] | None) -> None:
     _lease_paths = paths
 
 
+def paused_path(ask: Path) -> Path:
+    """The file a farm job's caller notes the job's pauses in (``farm.isolation``: stopped while its node's
+    latency phase times others), one ``start end`` line (epoch seconds) each, beside the file it asks in."""
+    return ask.with_suffix(".paused")
+
+
+def paused_windows(since: float) -> list[tuple[float, float]]:
+    """The windows (epoch seconds) this job was paused in since ``since``, clipped to it; none outside a farm job."""
+    if _lease_paths is None:
+        return []
+    try:
+        lines = paused_path(_lease_paths[0]).read_text().split("\n")
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            start, end = (float(x) for x in line.split())
+            if end > since:
+                found.append((max(start, since), end))
+    return found
+
+
 @contextlib.contextmanager
 def alone_on_node() -> Iterator[float]:
     """Hold the node's CPUs this job is timed on for the block: the farm's latency phase (yields the seconds waited).
