@@ -291,6 +291,9 @@ class _PhaseOnce:
     def release(self) -> None:
         pass
 
+    def after_phase(self) -> None:
+        pass
+
     def phase_began(self) -> bool:
         return not self.paused and self.pids.exists() and time.monotonic() - self.t0 > 0.5
 

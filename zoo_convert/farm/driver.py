@@ -347,6 +347,13 @@ class _NodeLeases:
             self._update()
 
     @ray.method
+    async def phase_over(self, node: str) -> None:
+        """Return once ``node`` is not in a latency phase."""
+        async with self.changed:
+            n = self._node(node)
+            await self.changed.wait_for(lambda: not n.phase)
+
+    @ray.method
     async def bench(self, node: str, token: str, lanes: int, whole: bool) -> tuple[tuple[int, ...], int]:
         """Wait for this job's turn in its node's phase; the lanes it holds, of how many (all of them: the whole node).
 
@@ -412,6 +419,9 @@ class _NodeLease:
     def pause(self) -> None:
         ray.get(self.actor.pause.remote(self.node, self.token))
         self.phase = self.actor.until_phase.remote(self.node, self.token)
+
+    def after_phase(self) -> None:
+        ray.get(self.actor.phase_over.remote(self.node))
 
     def acquire(self) -> tuple[int, ...] | None:
         cpus = _lane_cpus(self.node)

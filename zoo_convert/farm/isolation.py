@@ -114,6 +114,10 @@ class Lease(Protocol):
         """The job's processes are stopped: block until the node's phase is over."""
         ...
 
+    def after_phase(self) -> None:
+        """Block until the node's latency phase is over (at once if it is not in one)."""
+        ...
+
 
 WARM_MODULE = "zoo_convert.farm.warm"
 # The preload of a run with torch-exporter rows: WARM_MODULE, then one tiny dynamo export (a server of its own).
@@ -206,7 +210,7 @@ class _Held:
 
     def __init__(self, lease: Lease | None, ask: Path, fifo: Path) -> None:
         self.lease, self.ask, self.fifo = lease, ask, fifo
-        self.state = "none"  # none -> acquired (granting) -> granted -> freed
+        self.state = "none"  # none -> acquired (granting) -> granted -> held (phase over: resuming) -> freed
         self.pid: int | None = None  # the job's process, once started
 
     def serve(self) -> float:
@@ -217,8 +221,9 @@ class _Held:
             said = self.ask.read_text()
         except OSError:
             said = ""
-        if self.state == "none" and said != "ask" and self.pid is not None and self.lease.phase_began():
-            return self._pause(self.lease, self.pid)
+        lease = self.lease
+        if self.state == "none" and said != "ask" and self.pid is not None and lease.phase_began():
+            return self._pause(lease, self.pid)
         waited = 0.0
         if self.state == "none" and said == "ask":
             t0 = time.monotonic()
@@ -230,7 +235,16 @@ class _Held:
         if self.state == "acquired" and grant(self.fifo):
             self.state = "granted"
         if self.state == "granted" and said == "free":
-            self.give_back()
+            # Timed: the lease goes back now, but the job goes on only once the phase is over. What it does
+            # next (its result, its processes' teardown, the driver's writes, the next task's start) was the other
+            # lanes' most frequent interference: a fifth of their blocks noisy and timed again (docs/how-a-job-runs.md).
+            lease.release()
+            self.state = "held"
+            t0 = time.monotonic()
+            lease.after_phase()
+            waited += time.monotonic() - t0
+        if self.state == "held" and grant(self.fifo):
+            self.state = "freed"
         return waited
 
     def _pause(self, lease: Lease, pid: int) -> float:

@@ -121,7 +121,8 @@ def alone_on_node() -> Iterator[float]:
     In a farm job, the job asks its caller (a file), which takes the node's benchmark lease
     (``farm``: no conversion runs on the node meanwhile; other benchmarks only on other CPUs, the
     job's processes pinned to its own before the grant) and grants it through a FIFO this process
-    blocks on, using no CPU while others are timed; leaving the block frees its CPUs again.
+    blocks on, using no CPU while others are timed; leaving the block frees its CPUs again, and
+    waits on the FIFO until the caller says the node's phase is over.
     Outside such a job (``convert``, a test) a no-op.
     """
     if _lease_paths is None:
@@ -138,6 +139,9 @@ def alone_on_node() -> Iterator[float]:
     finally:
         with contextlib.suppress(OSError):
             ask.write_text("free")
+            # On once the node's phase is over: what the job does next would disturb the other lanes' timing.
+            with open(grant, "rb") as fifo:
+                fifo.read(1)
 
 
 def grant(fifo: Path) -> bool:
