@@ -279,10 +279,10 @@ class _NodeLeases:
     job waits to be timed, or once ``backlog`` jobs wait: then new conversions wait, and those
     running are paused (``until_phase`` tells their callers, which stop the job's processes and
     ``pause`` until the phase is over; one still downloading its checkpoint, outside its process, is
-    waited for). Letting them finish instead held the node's CPUs idle for a third of the phase
-    (make demo: 47-55 s of 139-160, the last conversion of each phase running alone). It times the waiting jobs in order, as many at once as the node has lanes
-    (its CPUs over the benchmark's threads: the caller pins each to its lane's CPUs), a GPU job
-    alone (its GPU targets share one device), and leaves the phase when none is left. Timed one at
+    waited for): letting them finish made a third of each phase waiting (make demo: 47-55 s of
+    139-160; the run no shorter: those conversions used the CPUs). It times the waiting jobs in
+    order, as many at once as the node has lanes (its CPUs over the benchmark's threads: the
+    caller pins each to its lane's CPUs), a GPU job alone (its GPU targets share one device), and leaves the phase when none is left. Timed one at
     a time, a node of 16 CPUs timed on one of them while 15 idled: the phase grew with the node.
     Jobs wait inside ``ray.get``, which gives their CPU back to Ray: conversions go on while jobs
     queue for their timing. ``forget`` drops a job however it ended (the driver calls it for every
@@ -934,7 +934,7 @@ def _where_seconds_go(report: FarmReport) -> str:
     timed = sum(n["timed_s"] for n in nodes) / max(1, len(nodes))
     drain = sum(n["drain_s"] for n in nodes) / max(1, len(nodes))
     phases = sum(int(n["phases"]) for n in nodes)
-    pauses = sum(int(n.get("pauses", 0)) for n in nodes)
+    pauses = sum(int(n["pauses"]) for n in nodes)
     lanes = sorted({int(n["lanes"]) for n in nodes}) or [1]
     share = 100.0 * phase / report.seconds if report.seconds > 0 else 0.0
     per_node = " per node" if len(report.latency) > 1 else ""

@@ -271,22 +271,16 @@ class _Held:
             self.lease.release()
 
 
-def signal_tree(pid: int, sig: int) -> list[int]:
-    """Send ``sig`` (SIGSTOP) to ``pid`` and to each of its descendants, a process before its children are listed
-    (stopped, it starts no more); the processes it reached, to send SIGCONT later. Linux; elsewhere ``pid`` only."""
+def _walk_tree(pid: int, act: Callable[[int], bool]) -> list[int]:
+    """``act`` on ``pid`` and on each of its descendants, on a process before its threads' children are listed; the
+    processes it reached (``act`` says False for one gone)."""
     reached: list[int] = []
     todo = [pid]
     while todo:
         proc = todo.pop()
-        if proc in reached:
-            continue
-        try:
-            os.kill(proc, sig)
-        except (ProcessLookupError, PermissionError):
+        if proc in reached or not act(proc):
             continue
         reached.append(proc)
-        if sig == signal.SIGSTOP:
-            _until_stopped(proc)
         try:
             tids = os.listdir(f"/proc/{proc}/task")
         except OSError:
@@ -295,6 +289,23 @@ def signal_tree(pid: int, sig: int) -> list[int]:
             with contextlib.suppress(OSError, ValueError), open(f"/proc/{proc}/task/{tid}/children") as f:
                 todo += [int(c) for c in f.read().split()]
     return reached
+
+
+def signal_tree(pid: int, sig: int) -> list[int]:
+    """Send ``sig`` to ``pid`` and to each of its descendants; the processes it reached, to send SIGCONT later.
+
+    With SIGSTOP each is stopped before its children are listed: stopped, it starts no more."""
+
+    def send(proc: int) -> bool:
+        try:
+            os.kill(proc, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        if sig == signal.SIGSTOP:
+            _until_stopped(proc)
+        return True
+
+    return _walk_tree(pid, send)
 
 
 def _until_stopped(pid: int, within_s: float = 0.2) -> None:
@@ -319,21 +330,18 @@ def pin_tree(pid: int, cpus: tuple[int, ...]) -> None:
     """
     if not hasattr(os, "sched_setaffinity"):
         return
-    todo, seen = [pid], set[int]()
-    while todo:
-        proc = todo.pop()
-        if proc in seen:
-            continue
-        seen.add(proc)
+
+    def pin(proc: int) -> bool:
         try:
             tids = [int(t) for t in os.listdir(f"/proc/{proc}/task")]
         except (OSError, ValueError):
-            continue
+            return False
         for tid in tids:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, cpus)
-            with contextlib.suppress(OSError, ValueError), open(f"/proc/{proc}/task/{tid}/children") as f:
-                todo += [int(c) for c in f.read().split()]
+        return True
+
+    _walk_tree(pid, pin)
 
 
 class ForkServer:
