@@ -264,15 +264,17 @@ def test_a_planted_socket_folder_is_refused_before_anything_starts(tmp_path: Pat
 def spinning(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
     """One stage of 1 CPU second of work beside a spinning grandchild; their pids in ``<source>.pids``."""
     from zoo_convert.pipeline import _Run
-    from zoo_convert.stages.forked import paused_windows
+    from zoo_convert.stages.forked import paused_windows, unpaused_clock
 
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     Path(entry.source + ".pids").write_text(f"{os.getpid()} {spinner.pid}")
     run, t0 = _Run(entry, on_stage), time.time()
-    with run.stage("export"):
+    with run.stage("export") as details:
+        c0 = unpaused_clock()  # the clock a target's rows are timed on
         spun = time.process_time() + 1.0  # CPU time: a stopped process does not advance it
         while time.process_time() < spun:
             pass
+        details["clock"] = unpaused_clock() - c0
     spinner.kill()
     return ConversionResult(source=entry.source, status=PASSED, stages=tuple(run.stages),
                             paused=tuple(paused_windows(t0)))  # fmt: skip
@@ -323,3 +325,4 @@ def test_a_paused_job_is_stopped_whole_and_its_stage_leaves_the_pause_out(settin
     assert 0.95 < p1 - p0 < 1.5
     (stage,) = result.stages
     assert 0.95 < stage.seconds < 1.5, stage  # the stage's second of work, not the second it was stopped
+    assert 0.95 < stage.details["clock"] < 1.5, stage  # the job's clock stopped with it

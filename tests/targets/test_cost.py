@@ -41,6 +41,18 @@ def test_transformers_js_starts_node_once_per_job_for_every_variant(folders: dic
     assert all(r.seconds is not None and r.seconds > 0 for r in rows)
 
 
+@pytest.mark.parametrize("name", ["ort-cpu", "openvino", "transformers.js"])
+def test_a_rows_seconds_are_read_on_the_jobs_clock(folders: dict[str, Path], name: str) -> None:
+    """A farm job's target rows leave out the windows it was paused in: timed on a clock that stopped the whole
+    time (as a job's stops while a latency phase times others on its node), a row took no second; transformers.js's
+    own per-variant times, which node keeps on running through a pause, are brought down to it too."""
+    ref = reference.load(folders["bert"])
+    stopped = [r.seconds for r in targets.check_variants(targets.get(name), ref, ("fp32", "int8"), clock=lambda: 7.0)]
+    assert stopped == [0.0, 0.0]
+    running = [r.seconds for r in targets.check_variants(targets.get(name), ref, ("fp32", "int8"))]
+    assert all(s is not None and s > 0 for s in running), running
+
+
 def test_one_node_process_keeps_each_variants_own_verdict(folders: dict[str, Path]) -> None:
     """A dtype transformers.js has no files for fails alone; the others in the same process still pass."""
     ref = reference.load(folders["bert"])

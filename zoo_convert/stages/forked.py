@@ -97,6 +97,14 @@ def paused_path(ask: Path) -> Path:
     return ask.with_suffix(".paused")
 
 
+def unpaused_clock() -> float:
+    """``time.perf_counter()`` less every second this farm job was paused so far: a clock that stops while the job is.
+
+    A pause ends before the job can read the clock again (it is stopped meanwhile), so every window it has lived
+    through is in the file. Outside a farm job, ``perf_counter`` itself."""
+    return time.perf_counter() - sum(end - start for start, end in paused_windows(0.0))
+
+
 def paused_windows(since: float) -> list[tuple[float, float]]:
     """The windows (epoch seconds) this job was paused in since ``since``, clipped to it; none outside a farm job."""
     if _lease_paths is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import targets as registry
 from ..errors import first_line
-from .forked import Parked, run_forked, step, wait_for_go
+from .forked import Parked, run_forked, step, unpaused_clock, wait_for_go
 from ..records import FAILED, NOT_RUN, PASSED, ManifestEntry, Settings, TargetResult, VariantResult
 from ..targets import reference
 from ..targets.base import Target
@@ -131,8 +131,9 @@ def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[s
             def doing(variant: str) -> None:
                 step(target.name, f"checking {variant}")
 
+            # Rows' seconds on a clock that stops while the job is paused (a phase timing others on its node).
             return registry.check_variants(target, ref, runnable, timed=timed, doing=doing,
-                                           ready=wait_for_go if park else None)  # fmt: skip
+                                           ready=wait_for_go if park else None, clock=unpaused_clock)  # fmt: skip
 
         pending._children.append((name, target, runnable, Parked(run, timeout_s=TIMEOUT_S)))
     return pending

@@ -71,11 +71,13 @@ def check_variants(
     timed: int = TIMED_CALLS,
     doing: Callable[[str], None] | None = None,
     ready: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[TargetResult]:
     """:func:`check` of each of ``variants``, one row each in their order, the runtime started once for them all
     where it can (:meth:`~.base.Target.run_variants`). ``timed`` calls of the first case give ``latency_ms``
-    (0: not timed, None); with ``ready``, after every variant was checked and once ``ready()`` returns."""
-    t0 = time.perf_counter()
+    (0: not timed, None); with ``ready``, after every variant was checked and once ``ready()`` returns. A row's
+    ``seconds`` are read on ``clock`` (a farm job's leaves out the windows it was paused in)."""
+    t0 = clock()
     version = target.version()
     rows: dict[str, TargetResult] = {}
     why = target.unavailable()
@@ -91,13 +93,14 @@ def check_variants(
         else:
             runnable[variant] = files
             graphs[variant] = ",".join(str(p.relative_to(reference.folder)) for p in files.values())
-    spent = time.perf_counter() - t0
-    ran = (target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing, ready=ready)
+    spent = clock() - t0
+    ran = (target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing, ready=ready,
+                               clock=clock)
            if runnable else {})  # fmt: skip
     for variant, run in ran.items():
-        t1 = time.perf_counter()
+        t1 = clock()
         row = _judged(target.name, version, variant, run, reference, reference.tolerances[variant])
-        rows[variant] = replace(row, seconds=round(run.elapsed + time.perf_counter() - t1, 4), graph=graphs[variant])
+        rows[variant] = replace(row, seconds=round(run.elapsed + clock() - t1, 4), graph=graphs[variant])
     first = variants[0] if variants else None
     out = []
     for variant in variants:

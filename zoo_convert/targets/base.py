@@ -132,6 +132,7 @@ class Target(ABC):
         timed: int = 0,
         doing: Callable[[str], None] | None = None,
         ready: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> dict[str, Ran]:
         """Every case on each variant (variant -> its graph files), one variant loaded at a time.
 
@@ -139,18 +140,19 @@ class Target(ABC):
         (transformers.js: one node process per job). ``doing`` hears which variant runs now.
         With ``ready``, the ``timed`` calls wait: every variant is checked and kept loaded, then
         ``ready()`` blocks until the node is this job's alone (``forked.wait_for_go``), then each
-        is timed and closed; a variant's ``elapsed`` leaves that wait out.
+        is timed and closed; a variant's ``elapsed`` leaves that wait out. ``elapsed`` is read on ``clock``:
+        a farm job's stops while the job is paused (``stages.forked.unpaused_clock``).
         """
         ran: dict[str, Ran] = {}
         kept: dict[str, Loaded] = {}
         for variant, files in variants.items():
             if doing is not None:
                 doing(variant)
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 loaded = self.load(folder, variant, files)
             except TargetError as exc:
-                ran[variant] = Ran(error=exc, elapsed=time.perf_counter() - t0)
+                ran[variant] = Ran(error=exc, elapsed=clock() - t0)
                 continue
             keep = False
             try:
@@ -164,18 +166,18 @@ class Target(ABC):
                     kept[variant] = loaded
                 else:
                     loaded.close()
-            ran[variant].elapsed = time.perf_counter() - t0
+            ran[variant].elapsed = clock() - t0
         if kept and ready is not None:
             ready()
             for variant, loaded in kept.items():
-                t0 = time.perf_counter()
+                t0 = clock()
                 try:
                     ran[variant].seconds = loaded.time(cases[0], timed)
                 except TargetError:
                     pass  # checked already: it keeps its verdict, without a latency
                 finally:
                     loaded.close()
-                ran[variant].elapsed += time.perf_counter() - t0
+                ran[variant].elapsed += clock() - t0
         return ran
 
 

@@ -178,12 +178,15 @@ class TransformersJs(Target):
         timed: int = 0,
         doing: Callable[[str], None] | None = None,
         ready: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> dict[str, Ran]:
         """Every variant in one node process: node starts, imports transformers.js and reads the config once per job,
         then loads each dtype in turn. The process start is in the first variant's ``elapsed``.
 
         With ``ready`` (and ``timed``), node keeps every checked model loaded, says READY and waits for a line on its
-        stdin, sent once ``ready()`` returns; then it times them (see :meth:`.base.Target.run_variants`)."""
+        stdin, sent once ``ready()`` returns; then it times them (see :meth:`.base.Target.run_variants`). node's own
+        per-variant milliseconds run on while the job is paused (node is stopped with it): where they add up to more
+        than the job's ``clock`` saw, they are scaled down to it."""
         ran = {v: Ran(error=TargetUnsupported(f"transformers.js has no dtype for variant {v!r}"))
                for v in variants if v not in JS_DTYPES}  # fmt: skip
         known = {v: files for v, files in variants.items() if v in JS_DTYPES}
@@ -194,24 +197,26 @@ class TransformersJs(Target):
             return {**ran, **{v: Ran(error=TargetUnsupported(unknown), providers=PROVIDERS) for v in known}}
         if doing is not None:
             doing(",".join(known))
-        t0 = time.perf_counter()
+        t0 = clock()
         with tempfile.TemporaryDirectory(prefix="zoo-js-") as tmp:
             work = Path(tmp)
             job = _job(work, Path(folder), known, cases, timed)
             job["park"] = ready is not None and bool(timed)
             (work / "job.json").write_text(json.dumps(job))
-            waited = _Waited(ready)
+            waited = _Waited(ready, clock)
             try:
                 answer = self.node_run(work / "job.json", waited if job["park"] else None)
             except TargetError as exc:
-                return {**ran, **{v: Ran(error=exc, providers=PROVIDERS, elapsed=time.perf_counter() - t0) for v in known}}
+                return {**ran, **{v: Ran(error=exc, providers=PROVIDERS, elapsed=clock() - t0) for v in known}}
             if "unsupported" in answer or "error" in answer:
                 error = TargetUnsupported(answer["unsupported"]) if "unsupported" in answer else TargetError(answer["error"])
                 return {**ran, **{v: Ran(error=error, providers=PROVIDERS) for v in known}}
+            total = clock() - t0 - waited.seconds
             own = sum(sum(a.get("ms", {}).values()) for a in answer["variants"]) / 1000
-            shared = time.perf_counter() - t0 - waited.seconds - own
+            scale = min(1.0, total / own) if own > 0 else 1.0
+            shared = max(0.0, total - own)
             for n, (variant, part) in enumerate(zip(known, answer["variants"], strict=True)):
-                own = sum(part.get("ms", {}).values()) / 1000
+                own = sum(part.get("ms", {}).values()) / 1000 * scale
                 ran[variant] = _ran(part, own + (shared if n == 0 else 0.0))
         return {v: ran[v] for v in variants}
 
@@ -258,11 +263,11 @@ class TransformersJs(Target):
 class _Waited:
     """``ready`` with a clock: the seconds spent in it are no target's own."""
 
-    def __init__(self, ready: Callable[[], None] | None) -> None:
-        self.ready, self.seconds = ready, 0.0
+    def __init__(self, ready: Callable[[], None] | None, clock: Callable[[], float]) -> None:
+        self.ready, self.clock, self.seconds = ready, clock, 0.0
 
     def __call__(self) -> None:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         if self.ready is not None:
             self.ready()
-        self.seconds += time.perf_counter() - t0
+        self.seconds += self.clock() - t0
