@@ -108,7 +108,7 @@ def test_a_node_times_as_many_jobs_at_once_as_it_has_lanes_and_a_gpu_job_alone()
             granted.append((token, held if len(held) < lanes else "whole node"))
 
         for token in ("a", "b", "gpu", "c"):  # all four convert; the phase begins once the last asks to be timed
-            await leases.convert("n", token)
+            await leases.convert("n", token, 4)
         tasks = [asyncio.create_task(job(t, whole=t == "gpu")) for t in ("a", "b", "gpu", "c")]
         await asyncio.sleep(0.05)
         first = list(granted)
@@ -134,8 +134,8 @@ def test_a_phase_pauses_the_conversions_running_and_they_go_on_after_it() -> Non
 
     async def scenario() -> None:
         leases = _NodeLeases(backlog=1)
-        await leases.convert("n", "a")
-        await leases.convert("n", "b")
+        await leases.convert("n", "a", 3)
+        await leases.convert("n", "b", 3)
         phase_b = asyncio.create_task(leases.until_phase("n", "b"))
         bench_a = asyncio.create_task(leases.bench("n", "a", 2, False))
         await asyncio.sleep(0.05)
@@ -143,7 +143,7 @@ def test_a_phase_pauses_the_conversions_running_and_they_go_on_after_it() -> Non
         paused_b = asyncio.create_task(leases.pause("n", "b"))
         await asyncio.sleep(0.05)
         assert bench_a.done() and not paused_b.done()  # a is timed while b is stopped; b waits for the phase's end
-        convert_c = asyncio.create_task(leases.convert("n", "c"))
+        convert_c = asyncio.create_task(leases.convert("n", "c", 3))
         await asyncio.sleep(0.05)
         assert not convert_c.done()  # no new conversion in a phase
         await leases.forget("a")
@@ -152,5 +152,40 @@ def test_a_phase_pauses_the_conversions_running_and_they_go_on_after_it() -> Non
         assert leases.nodes["n"].converting == {"b", "c"}
         seconds = (await leases.seconds())["n"]
         assert seconds["pauses"] == 1 and seconds["phases"] == 1 and seconds["drain_s"] < 0.5
+
+    asyncio.run(scenario())
+
+
+def test_a_node_converts_no_more_jobs_at_once_than_its_slots() -> None:
+    """The actor's class, without Ray: a job waiting in ``ray.get`` gives its CPU back to Ray, which starts another
+    task; the actor, not Ray's CPU count, keeps a node to ``slots`` conversions (its CPUs over a job's threads).
+    A paused conversion keeps its slot: it goes on after the phase."""
+    import asyncio
+
+    from zoo_convert.farm.driver import _NodeLeases
+
+    async def scenario() -> None:
+        leases = _NodeLeases(backlog=1)
+        await leases.convert("n", "a", 2)
+        await leases.convert("n", "b", 2)
+        convert_c = asyncio.create_task(leases.convert("n", "c", 2))
+        await asyncio.sleep(0.05)
+        assert not convert_c.done()  # two slots, both taken
+        phase_b = asyncio.create_task(leases.until_phase("n", "b"))
+        bench_a = asyncio.create_task(leases.bench("n", "a", 2, False))  # a converted: a phase begins for it
+        await asyncio.sleep(0.05)
+        assert phase_b.done() and not convert_c.done()  # a's slot is free, but no conversion starts in a phase
+        paused_b = asyncio.create_task(leases.pause("n", "b"))
+        await asyncio.sleep(0.05)
+        assert bench_a.done() and not convert_c.done()  # b, paused, keeps its slot
+        await leases.forget("a")  # timed: the phase is over
+        await asyncio.sleep(0.05)
+        assert paused_b.done() and convert_c.done() and leases.nodes["n"].converting == {"b", "c"}
+        convert_d = asyncio.create_task(leases.convert("n", "d", 2))
+        await asyncio.sleep(0.05)
+        assert not convert_d.done()
+        await leases.forget("c")
+        await asyncio.sleep(0.05)
+        assert convert_d.done() and leases.nodes["n"].converting == {"b", "d"}
 
     asyncio.run(scenario())

@@ -224,9 +224,10 @@ def _job_task(
 ) -> str:
     """One job on a Ray worker: its hub files downloaded under the run's Hub budget, then the job isolated.
 
-    With ``leases`` (a run that benchmarks), the job converts only outside its node's latency phase
-    and its benchmark waits for that phase (:class:`_NodeLeases`); waiting in ``ray.get`` gives the
-    task's CPU back to Ray, so the node's other jobs convert meanwhile.
+    With ``leases`` (a run that benchmarks), the job converts only outside its node's latency phase,
+    in one of its node's conversion slots, and its benchmark waits for that phase (:class:`_NodeLeases`);
+    waiting in ``ray.get`` gives the task's CPU back to Ray, so the node's other jobs convert meanwhile.
+    Its checkpoint is downloaded before it asks for a slot: a download waits on the network, not on a CPU.
     """
     governor = hub_budget.installed()
     if not isinstance(governor, _ClusterGovernor) or governor.actor != budget:
@@ -234,13 +235,13 @@ def _job_task(
     node = ray.get_runtime_context().get_node_id()
     lease = _NodeLease(leases, node, token, settings.threads, entry.gpu) if leases is not None else None
     try:
-        if lease is not None:
-            lease.converting()
         if not is_local(entry.source) and not settings.offline:
             try:
                 download(entry, settings)
             except ZooConvertError as exc:
                 return failure_result(entry, exc.kind, exc.message, stage="fetch").to_json()
+        if lease is not None:
+            lease.converting()
         return run_isolated(job_fn, entry, settings, lease=lease).to_json()
     finally:
         if lease is not None:
@@ -274,12 +275,15 @@ class _Node:
 class _NodeLeases:
     """The farm's latency phase: per node, benchmarks with no conversion beside them, each on CPUs of its own.
 
-    A job converts when its node is not in a phase (``convert``) and asks to be timed when its
-    conversion is over (``bench``). A node enters a phase once no conversion runs there and some
+    A job converts when its node is not in a phase and has a free conversion slot (``convert``; a
+    node's slots are its CPUs over a job's threads, a paused conversion keeping its own) and asks to
+    be timed when its conversion is over (``bench``). The slots are counted here, not by Ray: a task
+    waiting in ``ray.get`` gives its CPU back to Ray, which starts another task, and with Ray's count
+    alone 3-5 conversion processes ran at once on ``make demo``'s 2 CPUs (each target check ~2.5x its
+    CPU time in wall time; the run 4-8 % longer). A node enters a phase once no conversion runs there and some
     job waits to be timed, or once ``backlog`` jobs wait: then new conversions wait, and those
     running are paused (``until_phase`` tells their callers, which stop the job's processes and
-    ``pause`` until the phase is over; one still downloading its checkpoint, outside its process, is
-    waited for): letting them finish made a third of each phase waiting (make demo: 47-55 s of
+    ``pause`` until the phase is over): letting them finish made a third of each phase waiting (make demo: 47-55 s of
     139-160; the run no shorter: those conversions used the CPUs). It times the waiting jobs in
     order, as many at once as the node has lanes (its CPUs over the benchmark's threads: the
     caller pins each to its lane's CPUs), a GPU job alone (its GPU targets share one device), and leaves the phase when none is left. Timed one at
@@ -316,10 +320,11 @@ class _NodeLeases:
         self.changed.notify_all()
 
     @ray.method
-    async def convert(self, node: str, token: str) -> None:
+    async def convert(self, node: str, token: str, slots: int) -> None:
         async with self.changed:
-            await self.changed.wait_for(lambda: not self._node(node).phase)
-            self._node(node).converting.add(token)
+            n = self._node(node)
+            await self.changed.wait_for(lambda: not n.phase and len(n.converting) + len(n.paused) < slots)
+            n.converting.add(token)
             self._update()
 
     @ray.method
@@ -410,7 +415,7 @@ class _NodeLease:
         self.phase: ray.ObjectRef[None] | None = None  # resolves when the node's next phase begins
 
     def converting(self) -> None:
-        ray.get(self.actor.convert.remote(self.node, self.token))
+        ray.get(self.actor.convert.remote(self.node, self.token, max(1, len(_lane_cpus(self.node)) // self.threads)))
         self.phase = self.actor.until_phase.remote(self.node, self.token)
 
     def phase_began(self) -> bool:
