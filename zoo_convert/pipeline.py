@@ -131,6 +131,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             run.variants = _benchmarked(run, exported, artifacts, settings, checked)
         if checked is not None:
             checked.record()  # parked checks no benchmark asked for (no variant to time)
+            checked.close()  # the parked checks exit now, past the job's latency phase
         for comp in exported.components:
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary

@@ -553,6 +553,25 @@ def test_a_parked_child_waits_half_way_until_its_result_is_asked_and_close_ends_
     assert not never.parked and never.result() == 7
 
 
+def test_a_parked_child_that_answered_exits_only_once_let_go() -> None:
+    """Its exit (the kernel tearing down its copy of the job, the runtime's allocations) is not for the job's latency
+    phase, where its answer is asked: it waits, using no CPU, until the job closes it after the phase."""
+
+    def job() -> int:
+        wait_for_go()
+        return 7
+
+    child = Parked(job, timeout_s=60)
+    assert child.parked and child.result() == 7
+    time.sleep(0.2)
+    assert os.waitpid(child.pid, os.WNOHANG) == (0, 0)  # answered, alive
+    assert Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"  # blocked, not running
+    assert child.result() == 7  # asked again: the same answer, nothing more to wait for
+    child.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)  # reaped
+
+
 def _squared(n: int) -> onnx.ModelProto:
     """y = x @ x on an n x n float input: a graph whose session has work for its thread pool."""
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n, n])

@@ -53,6 +53,26 @@ def test_a_rows_seconds_are_read_on_the_jobs_clock(folders: dict[str, Path], nam
     assert all(s is not None and s > 0 for s in running), running
 
 
+@pytest.mark.parametrize("name", ["ort-cpu", "openvino"])
+def test_a_parked_check_is_judged_before_its_latency_phase(folders: dict[str, Path], name: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Comparing a parked check's answers with the saved reference happens before it waits for its phase (t5's three
+    variants on OpenVINO: 156 ms to judge against 8 ms of timed calls): in the phase only the timed calls run."""
+    order: list[str] = []
+    judged = targets._judged
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        order.append(f"judged {args[2]}")
+        return judged(*args, **kwargs)
+
+    monkeypatch.setattr(targets, "_judged", noted)
+    rows = targets.check_variants(targets.get(name), reference.load(folders["bert"]), ("fp32", "int8"), timed=3,
+                                  ready=lambda: order.append("phase"))  # fmt: skip
+    assert order == ["judged fp32", "judged int8", "phase"]
+    assert [r.status for r in rows] == ["passed", "passed"]
+    assert all(r.latency_ms is not None and r.latency_ms > 0 for r in rows), rows  # timed after, in the phase
+
+
 def test_one_node_process_keeps_each_variants_own_verdict(folders: dict[str, Path]) -> None:
     """A dtype transformers.js has no files for fails alone; the others in the same process still pass."""
     ref = reference.load(folders["bert"])

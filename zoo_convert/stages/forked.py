@@ -80,6 +80,8 @@ _STEP, _RESULT, _RAISED, _PARKED = b"s", b"r", b"x", b"p"
 _report_fd: int | None = None
 # In a child of start_parked: the pipe its parent's go comes through (see wait_for_go); None elsewhere.
 _go_fd: int | None = None
+# In such a child, once it parked and was let go on: it waits for the go pipe's end before it exits.
+_parked = False
 # In a fork-server job whose caller leases it the node for its benchmark (isolation.Lease): the file it asks
 # in and the FIFO the grant comes through (see alone_on_node). None elsewhere: the job times where it is.
 _lease_paths: tuple[Path, Path] | None = None
@@ -201,7 +203,11 @@ class Parked(Generic[T]):
     beside the node's conversions, then parks with its sessions open until the job's latency
     phase, where :meth:`result` lets it time its calls and finish: no runtime is loaded twice.
     Made, it waits until the child parks, finishes, or passes ``timeout_s``; :meth:`result`
-    waits again up to ``timeout_s``. :meth:`close` kills a child nobody asked for its result.
+    waits again up to ``timeout_s``. A child that parked answers and then waits for :meth:`close`
+    before it exits: its exit (the kernel tearing down a copy of the job's address space and what the
+    runtime allocated, ~140 ms for an OpenVINO check of t5's three variants against 8 ms of timed calls)
+    is work the latency phase's other timings would share the CPU with, so the job closes its parked
+    children once its phase is over. :meth:`close` kills a child nobody asked for its result.
     """
 
     def __init__(self, fn: Callable[[], T], *, timeout_s: float) -> None:
@@ -232,30 +238,48 @@ class Parked(Generic[T]):
         self._buffer = buffer
         self._messages: list[tuple[bytes, bytes]] = []
         self._status: int | None = None
+        self.answered = False  # parked, it answered and waits to be let go (close)
+        self._unreaped = False
         if not self.parked:  # it finished, died, or was killed at the timeout: nothing to wait for
             self._close_pipes()
             _, status = os.waitpid(self.pid, 0)
             self._messages, self._status = _split(buffer), None if state == "killed" else status
 
     def result(self) -> T:
-        """Let a parked child go on; then what it returned, re-raised what it raised, or how it died."""
-        if self._pipes is not None:
+        """Let a parked child go on; then what it returned, re-raised what it raised, or how it died.
+
+        A parked child that answered is still alive, waiting for :meth:`close` to exit."""
+        if self._pipes is not None and not self.answered:
             read, go = self._pipes
             with contextlib.suppress(OSError):
                 os.write(go, b"g")
-            os.close(go)
-            self._pipes = None
-            messages, self._status = _collect(self.pid, read, self.timeout_s)  # closes read
+            messages, self._status = _collect(self.pid, read, self.timeout_s)
             self._messages = _split(self._buffer) + messages
+            self.answered = _answered(self._messages)
+            if not self.answered:  # it died, or was killed at the timeout (_collect reaped it)
+                self._close_pipes()
         result: T = _answer(self._messages, self._status, self.timeout_s)
         return result
 
     def close(self) -> None:
-        """Kill the child if it is still parked (its result unasked): a job that failed leaves no runtime behind."""
+        """Let a child that answered exit, or kill one still parked (its result unasked: a job that failed leaves no
+        runtime behind); then reap it."""
+        self.let_go()
+        self.reap()
+
+    def let_go(self) -> None:
+        """:meth:`close`'s first half, for closing several children at once (their exits run side by side)."""
         if self._pipes is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            self._close_pipes()
+            if not self.answered:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            self._close_pipes()  # an answered child reads the end of its go pipe and exits
+            self._unreaped = True
+
+    def reap(self) -> None:
+        """:meth:`close`'s second half: wait for the child let go to be gone."""
+        if self._unreaped:
+            self._unreaped = False
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
 
@@ -270,11 +294,13 @@ def wait_for_go() -> None:
     """In a :class:`Parked` child: tell the parent it is ready, and block until it says go. Elsewhere a no-op.
 
     A parent that closed the pipe without saying go (it failed, or was killed) ends the child here."""
+    global _parked
     if _go_fd is None or _report_fd is None:
         return
     _send(_report_fd, _PARKED, b"")
     if os.read(_go_fd, 1) != b"g":
         os._exit(0)
+    _parked = True
 
 
 def _until_parked(pid: int, fd: int, timeout_s: float) -> tuple[bytes, str]:
@@ -332,6 +358,10 @@ def _child(fn: Callable[[], T], write: int) -> None:
             _send(write, _RESULT, pickle.dumps(fn()))
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
             _send(write, _RAISED, pickle.dumps(_described(exc)))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if _parked and _go_fd is not None:
+            os.read(_go_fd, 1)  # exit once the parent lets go (Parked.close): not in its job's latency phase
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -369,28 +399,33 @@ def _send(fd: int, kind: bytes, body: bytes) -> None:
 
 
 def _collect(pid: int, fd: int, timeout_s: float) -> tuple[list[tuple[bytes, bytes]], int | None]:
-    """Every message the child sends, read as it comes (a big result must not fill the pipe), and its wait status.
-
-    The status is None when the child was killed at the timeout.
+    """The child's messages, read as they come (a big result must not fill the pipe), until its answer (its result or
+    what it raised: the child is left alive, unreaped, status None) or its end (it died: reaped, its wait status;
+    None when it was killed at the timeout). ``fd`` stays open.
     """
     deadline = time.monotonic() + timeout_s
     buffer = b""
-    with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return _split(buffer), None
-            ready, _, _ = select.select([pipe], [], [], min(left, 1.0))
-            if not ready:
-                continue
-            chunk = pipe.read(1 << 20)
-            if not chunk:  # the child closed its end: it exited or died
-                break
-            buffer += chunk
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return _split(buffer), None
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:  # the child closed its end: it exited or died
+            break
+        buffer += chunk
+        if _answered(_split(buffer)):
+            return _split(buffer), None
     _, status = os.waitpid(pid, 0)
     return _split(buffer), status
+
+
+def _answered(messages: list[tuple[bytes, bytes]]) -> bool:
+    return any(kind in (_RESULT, _RAISED) for kind, _ in messages)
 
 
 def _split(buffer: bytes) -> list[tuple[bytes, bytes]]:

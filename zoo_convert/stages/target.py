@@ -75,17 +75,20 @@ class Pending:
     """One job's target checks, each target in a forked child (:class:`~.forked.Parked`); :meth:`rows` gives the rows.
 
     A parked child has checked its variants and holds them loaded until :meth:`rows` lets it time
-    them; :meth:`close` ends whatever is still running (a job that failed on the way).
+    them; having answered, it waits for :meth:`close` to exit (not in the job's latency phase:
+    :class:`~.forked.Parked`). :meth:`close` also ends whatever is still running (a job that failed on the way).
     """
 
     def __init__(self, rows: list[TargetResult], order: dict[str, int], names: tuple[str, ...]) -> None:
         self._rows, self._order, self._names = rows, order, names
         self._children: list[tuple[str, Target, tuple[str, ...], Parked[list[TargetResult]]]] = []
+        self._answered: list[Parked[list[TargetResult]]] = []
 
     def rows(self) -> list[TargetResult]:
         """Every (variant, target) row, in variant then target order; parked children time their variants now."""
         while self._children:
             name, target, runnable, child = self._children.pop(0)
+            self._answered.append(child)
             try:
                 self._rows += child.result()
             except Exception as exc:  # noqa: BLE001 - a target that crashes or hangs fails its own rows only
@@ -95,9 +98,14 @@ class Pending:
                                                  self._names.index(r.target) if r.target in self._names else 99))  # fmt: skip
 
     def close(self) -> None:
-        for *_, child in self._children:
-            child.close()
-        self._children = []
+        """Let every child go (those that answered exit, those still parked are killed), then reap them: their exits
+        run side by side."""
+        children = self._answered + [child for *_, child in self._children]
+        for child in children:
+            child.let_go()
+        for child in children:
+            child.reap()
+        self._children, self._answered = [], []
 
 
 def check(exported: ExportedModel, variants: list[VariantResult], names: tuple[str, ...], *,

@@ -14,7 +14,7 @@ returns a :class:`~zoo_convert.records.TargetResult`; a target never changes the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -94,13 +94,28 @@ def check_variants(
             runnable[variant] = files
             graphs[variant] = ",".join(str(p.relative_to(reference.folder)) for p in files.values())
     spent = clock() - t0
-    ran = (target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing, ready=ready,
-                               clock=clock)
-           if runnable else {})  # fmt: skip
-    for variant, run in ran.items():
+    judged: dict[str, tuple[TargetResult, float]] = {}  # variant -> its row and the seconds judging it took
+
+    def judge(variant: str, run: Ran) -> None:
         t1 = clock()
         row = _judged(target.name, version, variant, run, reference, reference.tolerances[variant])
-        rows[variant] = replace(row, seconds=round(run.elapsed + clock() - t1, 4), graph=graphs[variant])
+        judged[variant] = row, clock() - t1
+
+    def parked(checked: Mapping[str, Ran]) -> None:
+        for variant, run in checked.items():  # judged now, not in the latency phase the timed calls wait for
+            judge(variant, run)
+        if ready is not None:
+            ready()
+
+    ran = (target.run_variants(reference.folder, runnable, reference.cases, timed=timed, doing=doing,
+                               ready=parked if ready is not None else None, clock=clock)
+           if runnable else {})  # fmt: skip
+    for variant, run in ran.items():
+        if variant not in judged:
+            judge(variant, run)
+        row, judging = judged[variant]
+        rows[variant] = replace(row, latency_ms=_latency(row, run), seconds=round(run.elapsed + judging, 4),
+                                graph=graphs[variant])  # fmt: skip
     first = variants[0] if variants else None
     out = []
     for variant in variants:
@@ -128,17 +143,21 @@ def _judged(name: str, version: str | None, variant: str, run: Ran, reference: R
             continue
         checks += [compare_saved(case, out, answer.get(out.name), tol) for out in case.outputs]
     failed = [c for c in checks if not c.passed]
-    # A latency only where the target passed: a figure for wrong answers would be read as a deployable one.
-    latency = round(float(np.median(run.seconds)) * 1000, 4) if run.seconds and not errors and not failed else None
     if errors:
         status, message = FAILED, f"{name} failed on {'; '.join(errors)}"
     elif failed:
         status, message = FAILED, _worst(failed, tol)
     else:
         status, message = PASSED, None
-    return replace(base, status=status, message=message, latency_ms=latency, checks=tuple(checks),
+    return replace(base, status=status, message=message, checks=tuple(checks),
                    max_abs=max((c.max_abs for c in checks), default=None),
                    min_cosine=min((c.cosine for c in checks), default=None))  # fmt: skip
+
+
+def _latency(row: TargetResult, run: Ran) -> float | None:
+    """The median of the timed calls, only where the target passed: a figure for wrong answers would be read as a
+    deployable one."""
+    return round(float(np.median(run.seconds)) * 1000, 4) if run.seconds and row.status == PASSED else None
 
 
 def compare_saved(case: SavedCase, out: SavedOutput, got: np.ndarray | None, tol: Tolerance) -> OutputCheck:

@@ -177,14 +177,14 @@ class TransformersJs(Target):
         *,
         timed: int = 0,
         doing: Callable[[str], None] | None = None,
-        ready: Callable[[], None] | None = None,
+        ready: Callable[[Mapping[str, Ran]], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> dict[str, Ran]:
         """Every variant in one node process: node starts, imports transformers.js and reads the config once per job,
         then loads each dtype in turn. The process start is in the first variant's ``elapsed``.
 
         With ``ready`` (and ``timed``), node keeps every checked model loaded, says READY and waits for a line on its
-        stdin, sent once ``ready()`` returns; then it times them (see :meth:`.base.Target.run_variants`). node's own
+        stdin, sent once ``ready({})`` returns (node's answers come with its timings, after the phase's go); then it times them (see :meth:`.base.Target.run_variants`). node's own
         per-variant milliseconds run on while the job is paused (node is stopped with it): where they add up to more
         than the job's ``clock`` saw, they are scaled down to it."""
         ran = {v: Ran(error=TargetUnsupported(f"transformers.js has no dtype for variant {v!r}"))
@@ -263,11 +263,11 @@ class TransformersJs(Target):
 class _Waited:
     """``ready`` with a clock: the seconds spent in it are no target's own."""
 
-    def __init__(self, ready: Callable[[], None] | None, clock: Callable[[], float]) -> None:
+    def __init__(self, ready: Callable[[Mapping[str, Ran]], None] | None, clock: Callable[[], float]) -> None:
         self.ready, self.clock, self.seconds = ready, clock, 0.0
 
     def __call__(self) -> None:
         t0 = self.clock()
         if self.ready is not None:
-            self.ready()
+            self.ready({})
         self.seconds += self.clock() - t0
