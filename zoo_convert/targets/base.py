@@ -143,7 +143,7 @@ class Target(ABC):
         (transformers.js: one node process per job). ``doing`` hears which variant runs now.
         With ``ready``, the ``timed`` calls wait: every variant is checked and kept loaded, then
         ``ready(ran)`` is given what the checks answered (its caller judges them there, before the
-        latency phase: t5's three variants took 156 ms to judge, their timed calls 8 ms) and blocks
+        latency phase, which their timed calls alone need) and blocks
         until the node is this job's alone (``forked.wait_for_go``), then each is timed; a variant's
         ``elapsed`` leaves that wait out. ``elapsed`` is read on ``clock``:
         a farm job's stops while the job is paused (``stages.forked.unpaused_clock``).
