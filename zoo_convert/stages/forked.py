@@ -204,10 +204,10 @@ class Parked(Generic[T]):
     phase, where :meth:`result` lets it time its calls and finish: no runtime is loaded twice.
     Made, it waits until the child parks, finishes, or passes ``timeout_s``; :meth:`result`
     waits again up to ``timeout_s``. A child that parked answers and then waits for :meth:`close`
-    before it exits: its exit (the kernel tearing down a copy of the job's address space and what the
-    runtime allocated, ~140 ms for an OpenVINO check of t5's three variants against 8 ms of timed calls)
-    is work the latency phase's other timings would share the CPU with, so the job closes its parked
-    children once its phase is over. :meth:`close` kills a child nobody asked for its result.
+    before it exits: its exit (the kernel tearing down its copy of the job's address space, 15-20 ms for
+    a child of a warm fork-server job that allocated nothing, and what its runtime allocated) is work the
+    latency phase's timings would share the CPU with, so the job closes its parked children once its
+    phase is over. :meth:`close` kills a child nobody asked for its result.
     """
 
     def __init__(self, fn: Callable[[], T], *, timeout_s: float) -> None:
