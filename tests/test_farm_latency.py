@@ -187,5 +187,7 @@ def test_a_node_converts_no_more_jobs_at_once_than_its_slots() -> None:
         await leases.forget("c")
         await asyncio.sleep(0.05)
         assert convert_d.done() and leases.nodes["n"].converting == {"b", "d"}
+        await leases.convert("n", "e", None)  # a cluster's node: Ray's count, none here
+        assert leases.nodes["n"].converting == {"b", "d", "e"}
 
     asyncio.run(scenario())

@@ -275,12 +275,12 @@ class _Node:
 class _NodeLeases:
     """The farm's latency phase: per node, benchmarks with no conversion beside them, each on CPUs of its own.
 
-    A job converts when its node is not in a phase and has a free conversion slot (``convert``; a
-    node's slots are its CPUs over a job's threads, a paused conversion keeping its own) and asks to
-    be timed when its conversion is over (``bench``). The slots are counted here, not by Ray: a task
-    waiting in ``ray.get`` gives its CPU back to Ray, which starts another task, and with Ray's count
-    alone 3-5 conversion processes ran at once on ``make demo``'s 2 CPUs (each target check ~2.5x its
-    CPU time in wall time; the run 4-8 % longer). A node enters a phase once no conversion runs there and some
+    A job converts when its node is not in a phase and has a free conversion slot (``convert``; on a
+    one-node instance a node's slots are its CPUs over a job's threads, a paused conversion keeping its
+    own; on a cluster Ray's count, see ``_conversion_slots``) and asks to be timed when its conversion
+    is over (``bench``). The slots are counted here, not by Ray: a task waiting in ``ray.get`` gives its
+    CPU back to Ray, which starts another task, and with Ray's count alone 3-5 conversion processes ran
+    at once on ``make demo``'s 2 CPUs (each target check ~2.5x its CPU time in wall time; the run 4-8 % longer). A node enters a phase once no conversion runs there and some
     job waits to be timed, or once ``backlog`` jobs wait: then new conversions wait, and those
     running are paused (``until_phase`` tells their callers, which stop the job's processes and
     ``pause`` until the phase is over): letting them finish made a third of each phase waiting (make demo: 47-55 s of
@@ -320,10 +320,11 @@ class _NodeLeases:
         self.changed.notify_all()
 
     @ray.method
-    async def convert(self, node: str, token: str, slots: int) -> None:
+    async def convert(self, node: str, token: str, slots: int | None) -> None:
+        """Return once ``node`` is not in a phase and converts fewer than ``slots`` jobs (None: no count of them)."""
         async with self.changed:
             n = self._node(node)
-            await self.changed.wait_for(lambda: not n.phase and len(n.converting) + len(n.paused) < slots)
+            await self.changed.wait_for(lambda: not n.phase and (slots is None or len(n.converting) + len(n.paused) < slots))
             n.converting.add(token)
             self._update()
 
@@ -415,7 +416,7 @@ class _NodeLease:
         self.phase: ray.ObjectRef[None] | None = None  # resolves when the node's next phase begins
 
     def converting(self) -> None:
-        ray.get(self.actor.convert.remote(self.node, self.token, max(1, len(_lane_cpus(self.node)) // self.threads)))
+        ray.get(self.actor.convert.remote(self.node, self.token, _conversion_slots(self.node, self.threads)))
         self.phase = self.actor.until_phase.remote(self.node, self.token)
 
     def phase_began(self) -> bool:
@@ -444,6 +445,20 @@ class _NodeLease:
 
 
 @functools.cache  # a worker serves job after job on one node, whose CPUs do not change: one GCS query per worker
+def _conversion_slots(node: str, threads: int) -> int | None:
+    """How many jobs ``node`` may convert at once: its CPUs over a job's threads on a one-node instance; None (as many
+    as Ray starts) on a cluster.
+
+    A task waiting for a slot stays on the node Ray placed it on, and while it waits Ray counts that node's CPU as
+    free and may place more there: on a cluster, queues would form behind a busy node while another idles (and one
+    node lost took every job queued on it: three in a row, enough to stop the run). There Ray's count is left alone.
+    """
+    with_cpus = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) > 0]
+    if len(with_cpus) > 1:
+        return None
+    return max(1, len(_lane_cpus(node)) // max(1, threads))
+
+
 def _lane_cpus(node: str) -> tuple[int, ...]:
     """The CPUs a benchmark on ``node`` may be pinned to: this worker's, no more than Ray counts on the node (a local
     instance's ``num_cpus`` may be fewer than the machine's)."""
