@@ -557,16 +557,16 @@ def test_a_parked_child_that_answered_exits_only_once_let_go() -> None:
     """Its exit (the kernel tearing down its copy of the job, the runtime's allocations) is not for the job's latency
     phase, where its answer is asked: it waits, using no CPU, until the job closes it after the phase."""
 
-    def job() -> int:
+    def job() -> bytes:
         wait_for_go()
-        return 7
+        return bytes(range(256)) * (12 << 12)  # 12 MiB: an answer read in many chunks, its header before its body
 
     child = Parked(job, timeout_s=60)
-    assert child.parked and child.result() == 7
+    assert child.parked and child.result() == bytes(range(256)) * (12 << 12)
     time.sleep(0.2)
     assert os.waitpid(child.pid, os.WNOHANG) == (0, 0)  # answered, alive
     assert Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"  # blocked, not running
-    assert child.result() == 7  # asked again: the same answer, nothing more to wait for
+    assert len(child.result()) == 12 << 20  # asked again: the same answer, nothing more to wait for
     child.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(child.pid, os.WNOHANG)  # reaped

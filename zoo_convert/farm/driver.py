@@ -444,7 +444,6 @@ class _NodeLease:
             ray.get(self.actor.forget.remote(self.token))
 
 
-@functools.cache  # a worker serves job after job on one node, whose CPUs do not change: one GCS query per worker
 def _conversion_slots(node: str, threads: int) -> int | None:
     """How many jobs ``node`` may convert at once: its CPUs over a job's threads on a one-node instance; None (as many
     as Ray starts) on a cluster.
@@ -452,6 +451,7 @@ def _conversion_slots(node: str, threads: int) -> int | None:
     A task waiting for a slot stays on the node Ray placed it on, and while it waits Ray counts that node's CPU as
     free and may place more there: on a cluster, queues would form behind a busy node while another idles (and one
     node lost took every job queued on it: three in a row, enough to stop the run). There Ray's count is left alone.
+    Asked of Ray at each job's start, not cached: a cluster may gain nodes during a run.
     """
     with_cpus = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) > 0]
     if len(with_cpus) > 1:
@@ -459,6 +459,7 @@ def _conversion_slots(node: str, threads: int) -> int | None:
     return max(1, len(_lane_cpus(node)) // max(1, threads))
 
 
+@functools.cache  # a worker serves job after job on one node, whose CPUs do not change: one GCS query per worker
 def _lane_cpus(node: str) -> tuple[int, ...]:
     """The CPUs a benchmark on ``node`` may be pinned to: this worker's, no more than Ray counts on the node (a local
     instance's ``num_cpus`` may be fewer than the machine's)."""

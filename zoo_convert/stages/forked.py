@@ -404,13 +404,14 @@ def _collect(pid: int, fd: int, timeout_s: float) -> tuple[list[tuple[bytes, byt
     None when it was killed at the timeout). ``fd`` stays open.
     """
     deadline = time.monotonic() + timeout_s
-    buffer = b""
+    buffer = bytearray()
+    at = 0  # where the next message's header starts: only headers are looked at on the way, each once
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return _split(buffer), None
+            return _split(bytes(buffer)), None
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue
@@ -418,10 +419,15 @@ def _collect(pid: int, fd: int, timeout_s: float) -> tuple[list[tuple[bytes, byt
         if not chunk:  # the child closed its end: it exited or died
             break
         buffer += chunk
-        if _answered(_split(buffer)):
-            return _split(buffer), None
+        while at + _HEADER.size <= len(buffer):
+            kind, size = _HEADER.unpack_from(buffer, at)
+            if at + _HEADER.size + size > len(buffer):
+                break  # its body is still coming
+            if kind in (_RESULT, _RAISED):
+                return _split(bytes(buffer)), None
+            at += _HEADER.size + size
     _, status = os.waitpid(pid, 0)
-    return _split(buffer), status
+    return _split(bytes(buffer)), status
 
 
 def _answered(messages: list[tuple[bytes, bytes]]) -> bool:
