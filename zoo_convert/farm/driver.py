@@ -37,6 +37,7 @@ import heapq
 import itertools
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -86,6 +87,8 @@ FIELD_LIMIT = 300  # characters of a name or message on a line of the run's outp
 # row (or every job of a smaller run) meet the same one, the run stops instead of recording the rest.
 MACHINE_FAULTS = frozenset({FailureKind.STORAGE_ERROR, FailureKind.WORKER_LOST})
 STOP_AFTER_JOBS = 3
+# Ray's NodeDiedError names the node a lost task ran on: every task of one dead node is one fault, not one each.
+_DEAD_NODE = re.compile(r"node ID: ([0-9a-f]+)")
 # Jobs per CPU of a node that may wait for its latency phase before new conversions wait for the phase.
 BENCH_BACKLOG_PER_CPU = 4
 
@@ -678,8 +681,9 @@ class _Driver:
         self.resolving: Future[tuple[list[Job], list[ManifestEntry]]] | None = None
         self._resolver = ThreadPoolExecutor(1, thread_name_prefix="resolve")  # starts its thread on first use
         self.n_jobs = 0
-        # (kind, jobs, outcomes): the machine's fault the latest outcomes all met; the latest such result per job
-        self.fault_streak: tuple[FailureKind, set[str], int] | None = None
+        # (kind, jobs, faults): the machine's fault the latest outcomes all met, the jobs that met it, and the faults
+        # themselves (one per outcome, but one for all the tasks of a node that died); the latest such result per job
+        self.fault_streak: tuple[FailureKind, set[str], set[str]] | None = None
         self.last_fault: dict[str, ConversionResult] = {}
         self.stop_for: tuple[FailureKind, ConversionResult] | None = None
         self.raylet_died: str | None = None  # why, once a task said the driver's own raylet died
@@ -711,11 +715,11 @@ class _Driver:
                 token = self.tokens.pop(ref, None)
                 if self.leases is not None and token is not None:  # a job that died holding its node lets go of it
                     self.leases.forget.remote(token)
-                result = self._collect(ref, job)
+                result, fault = self._collect(ref, job)
                 if self.raylet_died is not None and result.failure_kind == FailureKind.WORKER_LOST.value:
                     lost.append(job)  # not the model's answer, nor worth a retry here: left for the next run
                     continue
-                finished += self._done(job, attempt, result)
+                finished += self._done(job, attempt, result, fault)
             _record(self.store, self.report, self.progress, finished)
             if self.raylet_died is not None:
                 self._abandon(len(queue) + len(lost), self.raylet_died)
@@ -758,19 +762,22 @@ class _Driver:
         self.report.stopped = (f"stopped: this machine's Ray raylet died ({why}): the machine's fault, not the models';"
                                f" {left} jobs left for the next run")  # fmt: skip
 
-    def _streak(self, job: Job, kind: FailureKind | None, result: ConversionResult) -> bool:
+    def _streak(self, job: Job, kind: FailureKind | None, result: ConversionResult, fault: str | None = None) -> bool:
         """Whether every job of late met the same fault of the machine: at least STOP_AFTER_JOBS of them in a row
-        (or all there are), over at least as many tries as one job gets; any other outcome starts the count again."""
+        (or all there are), over at least as many faults as one job gets tries; any other outcome starts the count
+        again. Each outcome is a fault of its own but those that name the same ``fault`` (the tasks of one node that
+        died): a node lost with three jobs on it is one fault, which their tries on other nodes get over, not three
+        in a row (in CI, counted one each, one lost node stopped the run)."""
         if kind not in MACHINE_FAULTS or kind is None:
             self.fault_streak = None
             return False
         if self.fault_streak is None or self.fault_streak[0] != kind:
-            self.fault_streak = (kind, set(), 0)
-        _, jobs, outcomes = self.fault_streak
+            self.fault_streak = (kind, set(), set())
+        _, jobs, faults = self.fault_streak
         jobs.add(job.key)
-        self.fault_streak = (kind, jobs, outcomes + 1)
+        faults.add(fault if fault is not None else f"outcome {next(self._seq)}")
         self.last_fault[job.key] = result
-        return len(jobs) >= min(STOP_AFTER_JOBS, self.n_jobs) and outcomes + 1 >= self.options.max_attempts
+        return len(jobs) >= min(STOP_AFTER_JOBS, self.n_jobs) and len(faults) >= self.options.max_attempts
 
     def _submit(self, job: Job, attempt: int) -> None:
         if job.entry.gpu and not self.gpus:
@@ -817,30 +824,36 @@ class _Driver:
             times.append(self.unresolved[2])
         return max(0.0, min([1.0, *(t - time.monotonic() for t in times)]))
 
-    def _collect(self, ref: ray.ObjectRef[str], job: Job) -> ConversionResult:
-        """The job's result, or a failure standing in for a task Ray could not finish."""
+    def _collect(self, ref: ray.ObjectRef[str], job: Job) -> tuple[ConversionResult, str | None]:
+        """The job's result, or a failure standing in for a task Ray could not finish, and the fault it shares with
+        other jobs' (``dead node <id>``: the task's node died) or None."""
         try:
-            return ConversionResult.from_json(ray.get(ref))
+            return ConversionResult.from_json(ray.get(ref)), None
         except ray.exceptions.OutOfMemoryError as exc:
             killed = f"Ray's memory monitor killed the worker: {first_line(exc)}"
-            return failure_result(job.entry, FailureKind.OOM, killed)
+            return failure_result(job.entry, FailureKind.OOM, killed), None
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, UnsafeForkServerError):
                 raise exc.cause from None  # the node is unsafe to run on, not the model: stop the run
             # our task wrapper raised: a bug of ours, not worth retrying
-            return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}")
+            return failure_result(job.entry, FailureKind.INTERNAL, f"farm task failed: {first_line(exc)}"), None
         except ray.exceptions.LocalRayletDiedError as exc:
             # This machine's raylet is gone (its DashboardAgent killed takes it along): no task can run from here
             # any more, so retrying only spends the backoff; the run stops (``raylet_died``) and records nothing.
             self.raylet_died = first_line(exc)
-            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
+            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc)), None
+        except ray.exceptions.NodeDiedError as exc:
+            node = _DEAD_NODE.search(str(exc))
+            lost = failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
+            return lost, f"dead node {node.group(1)}" if node else None
         except ray.exceptions.RayError as exc:
-            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc))
+            return failure_result(job.entry, FailureKind.WORKER_LOST, first_line(exc)), None
 
-    def _done(self, job: Job, attempt: int, result: ConversionResult) -> list[tuple[str, ConversionResult, int]]:
+    def _done(self, job: Job, attempt: int, result: ConversionResult, fault: str | None = None
+              ) -> list[tuple[str, ConversionResult, int]]:  # fmt: skip
         """The result to record, or none when a transient failure goes back in the queue."""
         kind = _kind(result)
-        self.stop_for = (kind, result) if self._streak(job, kind, result) and kind is not None else None
+        self.stop_for = (kind, result) if self._streak(job, kind, result, fault) and kind is not None else None
         if kind is not None and kind.transient and attempt < self.options.max_attempts:
             delay = self._backoff(attempt + 1)
             heapq.heappush(self.waiting, (time.monotonic() + delay, next(self._seq), job, attempt + 1))
