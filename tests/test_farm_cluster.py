@@ -6,16 +6,20 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from zoo_convert.errors import FailureKind
 from zoo_convert.farm.driver import FarmOptions, FarmReport, Progress, run_farm
+from zoo_convert.farm.isolation import failure_result
 from zoo_convert.manifest import write_manifest
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
+from zoo_convert.stages.forked import alone_on_node
 
 pytestmark = pytest.mark.slow  # a Ray cluster of several nodes
 
@@ -121,7 +125,7 @@ class KillBusiestNode(Progress):
     """Once every CPU of the cluster runs a held job, removes the node added with three CPUs (three jobs at once);
     lets the jobs go on once the driver has put all three back in the queue."""
 
-    def __init__(self, cluster: Cluster, node: object, out_dir: Path) -> None:
+    def __init__(self, cluster: Cluster, node: Any, out_dir: Path) -> None:
         super().__init__(live=False)
         self.cluster, self.node, self.markers, self.go = cluster, node, out_dir / "running", out_dir / "go"
         self.killed = False
@@ -161,3 +165,43 @@ def test_one_node_lost_with_three_jobs_on_it_is_one_fault_not_three_in_a_row(
     with duckdb.connect(str(db), read_only=True) as con:
         lost = con.execute("SELECT count(*) FROM results WHERE failure_kind = 'worker_lost'").fetchone()[0]
     assert lost == 0
+
+
+def converts_then_is_timed(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
+) -> ConversionResult:
+    """A job's shape without a model: 1.5 s "converting" (the task watching it polls its node's phase), then timed in
+    its node's latency phase."""
+    time.sleep(1.5)
+    with alone_on_node():
+        time.sleep(0.1)
+    return failure_result(entry, FailureKind.EXPORT_ERROR, "this test's job converts nothing")
+
+
+def test_a_node_of_a_cluster_converts_no_more_jobs_at_once_than_its_cpus(cluster: Cluster, tmp_path: Path) -> None:
+    """Every call a converting task made to the run's actor went through ray.get or ray.wait, and each gave the task's
+    CPU back to Ray for the call, 20 times a second while the task watched its job: Ray started more tasks on the
+    node, which converted beside it (on one node the actor's slots kept them waiting; a cluster had no such count).
+    A task now keeps its CPU until its conversion is over."""
+    cluster.add_node(num_cpus=1)  # at least two nodes with CPUs: a cluster, whatever the tests before left
+    cluster.wait_for_nodes()
+    for i in range(6):
+        (tmp_path / f"m{i}").mkdir()
+        (tmp_path / f"m{i}" / "config.json").write_text('{"model_type": "bert"}')
+    manifest = write_manifest([{"source": str(tmp_path / f"m{i}"), "task": "fill-mask"} for i in range(6)],
+                              tmp_path / "m.parquet")  # fmt: skip
+    report = run_farm(
+        manifest,
+        db_path=tmp_path / "r.duckdb",
+        settings=Settings(out_dir=str(tmp_path / "out")),
+        options=FarmOptions(address=cluster.address),
+        job_fn=converts_then_is_timed,
+        progress=Progress(live=False),
+    )
+    assert report.recorded == 6 and report.stopped is None, report
+    cpus = {n.node_id: n._ray_params.num_cpus for n in cluster.list_all_nodes()}
+    assert report.latency and set(report.latency) <= set(cpus), (report.latency, cpus)
+    most = {node: int(seconds["most_converting"]) for node, seconds in report.latency.items()}
+    over = [f"{most[node]} conversions at once on a node of {cpus[node]} CPU(s)" for node in most if most[node] > cpus[node]]
+    assert not over, over
+    assert sum(int(s["phases"]) for s in report.latency.values()) >= 1  # the jobs were timed in phases

@@ -46,11 +46,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+import concurrent.futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import ray
 import ray.exceptions
@@ -80,6 +81,7 @@ from .hub_budget import Budget, HubLimits, LocalGovernor
 from .isolation import JobFn, failure_result, fork_server, preload_for, run_isolated
 from .plan import InvalidRow, Job, keyed_jobs, make_plan
 
+_T = TypeVar("_T")
 MAX_BACKOFF_S = 60.0
 MAX_LISTED = 20  # failures named at the end of a run; the rest are counted
 FIELD_LIMIT = 300  # characters of a name or message on a line of the run's output
@@ -229,8 +231,9 @@ def _job_task(
 
     With ``leases`` (a run that benchmarks), the job converts only outside its node's latency phase,
     in one of its node's conversion slots, and its benchmark waits for that phase (:class:`_NodeLeases`);
-    waiting in ``ray.get`` gives the task's CPU back to Ray, so the node's other jobs convert meanwhile.
-    Its checkpoint is downloaded before it asks for a slot: a download waits on the network, not on a CPU.
+    its conversion over, it waits in ``ray.get``, which gives the task's CPU back to Ray, so the node's other jobs
+    convert meanwhile. Its checkpoint is downloaded before it asks for a slot: a download waits on the network, not
+    in a slot.
     """
     governor = hub_budget.installed()
     if not isinstance(governor, _ClusterGovernor) or governor.actor != budget:
@@ -269,6 +272,7 @@ class _Node:
     pauses: int = 0  # conversions paused for a phase
     timed_s: float = 0.0  # of which: some benchmark holding the node
     busy_since: float | None = None
+    most_converting: int = 0  # conversions at once, paused ones included, at most over the run
 
     def free_lanes(self) -> list[int]:
         held = {lane for lanes in self.timing.values() for lane in lanes}
@@ -278,12 +282,13 @@ class _Node:
 class _NodeLeases:
     """The farm's latency phase: per node, benchmarks with no conversion beside them, each on CPUs of its own.
 
-    A job converts when its node is not in a phase and has a free conversion slot (``convert``; on a
-    one-node instance a node's slots are its CPUs over a job's threads, a paused conversion keeping its
-    own; on a cluster Ray's count, see ``_conversion_slots``) and asks to be timed when its conversion
-    is over (``bench``). The slots are counted here, not by Ray: a task waiting in ``ray.get`` gives its
-    CPU back to Ray, which starts another task, and with Ray's count alone 3-5 conversion processes ran
-    at once on ``make demo``'s 2 CPUs (each target check ~2.5x its CPU time in wall time; the run 4-8 % longer). A node enters a phase once no conversion runs there and some
+    A job converts when its node is not in a phase and has a free conversion slot (``convert``: a node's slots are
+    its CPUs over a job's threads, a paused conversion keeping its own; Ray counts one CPU a task) and asks to be
+    timed when its conversion is over (``bench``). A converting task keeps its CPU in Ray's count (it waits on this
+    actor without a Ray call, :class:`_NodeLease`), so Ray starts no task in its place: before that, every
+    ``ray.get`` and ``ray.wait`` of a converting task gave its CPU back to Ray for the call, and 3-5 conversion
+    processes ran at once on ``make demo``'s 2 CPUs (each target check ~2.5x its CPU time in wall time; the run 4-8 %
+    longer), 3 on a 1-CPU node of a cluster. A node enters a phase once no conversion runs there and some
     job waits to be timed, or once ``backlog`` jobs wait: then new conversions wait, and those
     running are paused (``until_phase`` tells their callers, which stop the job's processes and
     ``pause`` until the phase is over): letting them finish made a third of each phase waiting (make demo: 47-55 s of
@@ -291,8 +296,8 @@ class _NodeLeases:
     order, as many at once as the node has lanes (its CPUs over the benchmark's threads: the
     caller pins each to its lane's CPUs), a GPU job alone (its GPU targets share one device), and leaves the phase when none is left. Timed one at
     a time, a node of 16 CPUs timed on one of them while 15 idled: the phase grew with the node.
-    Jobs wait inside ``ray.get``, which gives their CPU back to Ray: conversions go on while jobs
-    queue for their timing. ``forget`` drops a job however it ended (the driver calls it for every
+    Jobs whose conversion is over wait inside ``ray.get``, which gives their CPU back to Ray: conversions go on while
+    jobs queue for their timing. ``forget`` drops a job however it ended (the driver calls it for every
     finished task: a worker killed mid-benchmark does not hold its node forever).
     """
 
@@ -315,6 +320,7 @@ class _NodeLeases:
                 n.phases += 1
                 n.phase_s += now - n.phase_t0
                 n.drain_s += (n.first_grant or now) - n.phase_t0
+            n.most_converting = max(n.most_converting, len(n.converting) + len(n.paused))
             if n.timing and n.busy_since is None:
                 n.busy_since = now
             elif not n.timing and n.busy_since is not None:
@@ -401,33 +407,46 @@ class _NodeLeases:
 
     @ray.method
     async def seconds(self) -> dict[str, dict[str, float]]:
-        """Per node: latency phases, their seconds, the draining and the timing in them, and its lanes."""
+        """Per node: latency phases, their seconds, the draining and the timing in them, its lanes, and the most
+        conversions it ran at once."""
         async with self.changed:
             return {node: {"phases": n.phases, "phase_s": n.phase_s, "drain_s": n.drain_s, "timed_s": n.timed_s,
-                           "lanes": n.lanes, "pauses": n.pauses} for node, n in self.nodes.items()}  # fmt: skip
+                           "lanes": n.lanes, "pauses": n.pauses, "most_converting": n.most_converting}
+                    for node, n in self.nodes.items()}  # fmt: skip
 
 
 _NodeLeasesActor = ray.remote(num_cpus=0)(_NodeLeases)
 
 
 class _NodeLease:
-    """An :class:`isolation.Lease` on the run's ``_NodeLeases`` actor for one job on one node."""
+    """An :class:`isolation.Lease` on the run's ``_NodeLeases`` actor for one job on one node.
+
+    While its job converts, the task keeps its CPU: it waits on the actor through the reply's future (:func:`_held`),
+    never in ``ray.get`` or ``ray.wait``, each of which hands the task's CPU back to Ray for the call, and Ray starts
+    another task on the node in its place. The task watching its job asks whether the phase began 20 times a second:
+    on a cluster of 1-CPU nodes, 3 conversions ran at once on one of them (tests/test_farm_cluster.py), and a paused
+    job's task, waiting for its phase to end in ``ray.get``, let a task start converting there as the phase ended.
+    Only a job whose conversion is over hands its CPU back, while it waits to be timed and for its phase to end.
+    """
 
     def __init__(self, actor: ActorProxy[_NodeLeases], node: str, token: str, threads: int, whole: bool) -> None:
         self.actor, self.node, self.token, self.whole = actor, node, token, whole
         self.threads = max(1, threads)
         self.phase: ray.ObjectRef[None] | None = None  # resolves when the node's next phase begins
+        self.began: concurrent.futures.Future[None] | None = None  # ``phase``'s future: asked without a Ray call
 
     def converting(self) -> None:
-        ray.get(self.actor.convert.remote(self.node, self.token, _conversion_slots(self.node, self.threads)))
+        _held(self.actor.convert.remote(self.node, self.token, _conversion_slots(self.node, self.threads)))
         self.phase = self.actor.until_phase.remote(self.node, self.token)
+        self.began = self.phase.future()
 
     def phase_began(self) -> bool:
-        return self.phase is not None and bool(ray.wait([self.phase], timeout=0)[0])
+        return self.began is not None and self.began.done()
 
     def pause(self) -> None:
-        ray.get(self.actor.pause.remote(self.node, self.token))
+        _held(self.actor.pause.remote(self.node, self.token))
         self.phase = self.actor.until_phase.remote(self.node, self.token)
+        self.began = self.phase.future()
 
     def after_phase(self) -> None:
         ray.get(self.actor.phase_over.remote(self.node))
@@ -440,25 +459,20 @@ class _NodeLease:
         return tuple(cpu for lane in held for cpu in cpus[lane * self.threads : (lane + 1) * self.threads])
 
     def release(self) -> None:
-        ray.get(self.actor.forget.remote(self.token))
+        _held(self.actor.forget.remote(self.token))
 
     def done(self) -> None:
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(self.actor.forget.remote(self.token))
 
 
-def _conversion_slots(node: str, threads: int) -> int | None:
-    """How many jobs ``node`` may convert at once: its CPUs over a job's threads on a one-node instance; None (as many
-    as Ray starts) on a cluster.
+def _held(ref: ray.ObjectRef[_T]) -> _T:
+    """``ray.get(ref)`` that keeps the task's CPU: the wait is on the reply's future, not a Ray call (see _NodeLease)."""
+    return ref.future().result()
 
-    A task waiting for a slot stays on the node Ray placed it on, and while it waits Ray counts that node's CPU as
-    free and may place more there: on a cluster, queues would form behind a busy node while another idles (and one
-    node lost took every job queued on it: three in a row, enough to stop the run). There Ray's count is left alone.
-    Asked of Ray at each job's start, not cached: a cluster may gain nodes during a run.
-    """
-    with_cpus = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) > 0]
-    if len(with_cpus) > 1:
-        return None
+
+def _conversion_slots(node: str, threads: int) -> int:
+    """How many jobs ``node`` may convert at once: its CPUs over a job's threads (Ray counts one CPU a task)."""
     return max(1, len(_lane_cpus(node)) // max(1, threads))
 
 
@@ -970,12 +984,14 @@ def _where_seconds_go(report: FarmReport) -> str:
     phases = sum(int(n["phases"]) for n in nodes)
     pauses = sum(int(n["pauses"]) for n in nodes)
     lanes = sorted({int(n["lanes"]) for n in nodes}) or [1]
+    most = max((int(n.get("most_converting", 0)) for n in nodes), default=0)
     share = 100.0 * phase / report.seconds if report.seconds > 0 else 0.0
     per_node = " per node" if len(report.latency) > 1 else ""
     at_once = "one at a time" if lanes == [1] else f"{'-'.join(map(str, lanes))} at once"
     return (f"seconds    {report.seconds:.1f} s: converting {report.seconds - phase:.1f} s, latency phase {phase:.1f} s"
             f"{per_node} ({share:.0f} %: timing {timed:.1f} s {at_once}, pausing or draining conversions {drain:.1f} s ({pauses} paused),"
-            f" {phases} phases on {len(report.latency)} node{'s' if len(report.latency) > 1 else ''})")
+            f" {phases} phases on {len(report.latency)} node{'s' if len(report.latency) > 1 else ''};"
+            f" at most {most} conversions at once{' on a node' if len(report.latency) > 1 else ''})")
 
 
 def _run_id() -> str:
