@@ -52,7 +52,7 @@ test-fast: venv
 	$(BIN)/python -m pytest -m "not slow"
 
 # Each benchmark prints its verdict last; all of them run even when one misses its target.
-BENCHES := bench_manifest bench_isolation bench_rerun bench_minilm bench_driver_memory bench_dashboard bench_zoo bench_verify_shapes bench_targets
+BENCHES := bench_manifest bench_isolation bench_rerun bench_cluster bench_minilm bench_driver_memory bench_dashboard bench_zoo bench_verify_shapes bench_targets
 bench: venv
 	@status=0; for b in $(BENCHES); do echo "== $$b"; $(BIN)/python benchmarks/$$b.py || status=1; done; exit $$status
 
