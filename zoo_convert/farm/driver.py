@@ -46,7 +46,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-import concurrent.futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -432,21 +431,19 @@ class _NodeLease:
     def __init__(self, actor: ActorProxy[_NodeLeases], node: str, token: str, threads: int, whole: bool) -> None:
         self.actor, self.node, self.token, self.whole = actor, node, token, whole
         self.threads = max(1, threads)
-        self.phase: ray.ObjectRef[None] | None = None  # resolves when the node's next phase begins
-        self.began: concurrent.futures.Future[None] | None = None  # ``phase``'s future: asked without a Ray call
+        # Done when the node's next phase begins: the reply's future, asked without a Ray call (it holds the reply).
+        self.phase: Future[None] | None = None
 
     def converting(self) -> None:
         _held(self.actor.convert.remote(self.node, self.token, _conversion_slots(self.node, self.threads)))
-        self.phase = self.actor.until_phase.remote(self.node, self.token)
-        self.began = self.phase.future()
+        self.phase = self.actor.until_phase.remote(self.node, self.token).future()
 
     def phase_began(self) -> bool:
-        return self.began is not None and self.began.done()
+        return self.phase is not None and self.phase.done()
 
     def pause(self) -> None:
         _held(self.actor.pause.remote(self.node, self.token))
-        self.phase = self.actor.until_phase.remote(self.node, self.token)
-        self.began = self.phase.future()
+        self.phase = self.actor.until_phase.remote(self.node, self.token).future()
 
     def after_phase(self) -> None:
         ray.get(self.actor.phase_over.remote(self.node))
@@ -984,7 +981,7 @@ def _where_seconds_go(report: FarmReport) -> str:
     phases = sum(int(n["phases"]) for n in nodes)
     pauses = sum(int(n["pauses"]) for n in nodes)
     lanes = sorted({int(n["lanes"]) for n in nodes}) or [1]
-    most = max((int(n.get("most_converting", 0)) for n in nodes), default=0)
+    most = max((int(n["most_converting"]) for n in nodes), default=0)
     share = 100.0 * phase / report.seconds if report.seconds > 0 else 0.0
     per_node = " per node" if len(report.latency) > 1 else ""
     at_once = "one at a time" if lanes == [1] else f"{'-'.join(map(str, lanes))} at once"
