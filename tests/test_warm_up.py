@@ -40,6 +40,23 @@ def test_the_two_preloads_are_two_servers() -> None:
     assert default_address(WARM_MODULE) != default_address(WARM_TORCH_MODULE)
 
 
+def test_a_change_anywhere_in_the_package_is_a_new_fork_server() -> None:
+    """A warm server runs the code it imported: an edit to a stage (not only to farm/) must not reach an old one."""
+    import os
+
+    import zoo_convert.stages.verify as edited
+
+    path = Path(edited.__file__)
+    before = path.stat()
+    newest = max(p.stat().st_mtime_ns for p in path.parents[1].rglob("*.py"))
+    address = default_address.__wrapped__(WARM_MODULE)
+    try:
+        os.utime(path, ns=(before.st_atime_ns, newest + 10**9))  # saved after every other file of the package
+        assert default_address.__wrapped__(WARM_MODULE) != address
+    finally:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 def test_a_venvs_python_and_python3_share_one_fork_server() -> None:
     """The CLI's shebang runs ``python3``, scripts often ``python``: both must find the one warm server."""
     import subprocess

@@ -460,7 +460,7 @@ def default_address(preload: str) -> str:
     The environment is ``sys.prefix`` and the interpreter the file it resolves to: a venv's
     ``python`` and ``python3`` (the CLI's shebang) are one server, two venvs are two.
     """
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # zoo_convert, not this module's farm/: every job runs all of it
     stamp = max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
     interpreter = os.path.realpath(sys.executable)
     key = "\0".join((sys.prefix, interpreter, str(package), __version__, preload, str(stamp)))
