@@ -69,6 +69,23 @@ def test_the_same_child_runs_jobs_repeatedly(settings: Settings) -> None:
     # the overhead target (< 150 ms per job) is measured in benchmarks/bench_isolation.py
 
 
+def blas_threads(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    np.ones(1 << 17) @ np.ones(1 << 17)  # a call large enough for OpenBLAS to start its threads
+    blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    return ConversionResult(source=entry.source, status=PASSED, message=" ".join(map(str, blas)))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: OpenBLAS runs one thread anyway")
+def test_a_job_runs_numpy_blas_on_one_thread(settings: Settings) -> None:
+    # Each extra OpenBLAS thread spin-waits after every call, on CPUs the job's PyTorch and ONNX Runtime or the
+    # node's other jobs use: ~6 % of make demo's CPU time (zoo_convert/__init__.py).
+    threads = run_isolated(blas_threads, ENTRY, settings).message.split()
+    assert threads and set(threads) == {"1"}, threads  # numpy's OpenBLAS, and scipy's once something imported it
+
+
 def crash_in_verify(
     entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None
 ) -> ConversionResult:
