@@ -13,10 +13,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 BIN = Path(sys.executable).parent  # the venv's bin/: zoo-convert and optimum-cli live beside python
-# Importing zoo_convert sets OPENBLAS_NUM_THREADS=1 in this process's environment when the user had not set it; a
-# command measured here runs with the user's own setting, so optimum-cli is timed as its users run it (zoo-convert
-# sets it again itself).
-_USER_OPENBLAS = os.environ.get("OPENBLAS_NUM_THREADS")
 
 # Real English for the latency and cosine benchmarks; the first fills 128 tokens of any tokenizer used here.
 PASSAGES = (
@@ -180,7 +176,7 @@ def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None, interv
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_as_the_user_set(env))
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         peak_tree = hwm = 0
         loads: list[float] = []
         timeline: list[tuple[float, int, int]] = []
@@ -206,15 +202,6 @@ def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None, interv
         load=sum(loads) / len(loads) if loads else os.getloadavg()[0],
         timeline=timeline,
     )
-
-
-def _as_the_user_set(env: dict[str, str] | None) -> dict[str, str]:
-    """``env`` (default: this process's) with OPENBLAS_NUM_THREADS as it was before zoo_convert was imported here."""
-    env = dict(os.environ if env is None else env)
-    env.pop("OPENBLAS_NUM_THREADS", None)
-    if _USER_OPENBLAS is not None:
-        env["OPENBLAS_NUM_THREADS"] = _USER_OPENBLAS
-    return env
 
 
 def _tree(root: int) -> list[int]:

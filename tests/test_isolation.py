@@ -81,7 +81,7 @@ def blas_threads(entry: ManifestEntry, settings: Settings, *, on_stage: StageCal
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: OpenBLAS runs one thread anyway")
 def test_a_job_runs_numpy_blas_on_one_thread(settings: Settings) -> None:
     # Each extra OpenBLAS thread spin-waits after every call, on CPUs the job's PyTorch and ONNX Runtime or the
-    # node's other jobs use: ~6 % of make demo's CPU time (zoo_convert/__init__.py).
+    # node's other jobs use: ~6 % of make demo's CPU time (node.one_blas_thread, in the server's environment).
     threads = run_isolated(blas_threads, ENTRY, settings).message.split()
     assert threads and set(threads) == {"1"}, threads  # numpy's OpenBLAS, and scipy's once something imported it
 

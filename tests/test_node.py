@@ -93,3 +93,26 @@ def test_busy_time_counts_the_node_cpus_only() -> None:
     assert each[pinned] > 0.7, per_s  # the spinner's CPU is busy, whatever else runs on the machine
     assert all(v <= 1.05 for v in each), per_s  # one CPU is at most one CPU busy
     assert abs(sum(each) - whole) < 0.1 * host, per_s  # the CPUs apart add up to the host's count
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: OpenBLAS runs one thread anyway")
+def test_the_cli_runs_numpy_blas_on_one_thread_and_a_library_import_leaves_the_environment_alone() -> None:
+    """OpenBLAS's extra threads spin after each call on CPUs the jobs use (node.one_blas_thread); a user's own
+    processes keep their setting."""
+    code = (
+        "import contextlib, io, os, sys\n"
+        "import zoo_convert.cli\n"
+        "if sys.argv[1] == 'cli':\n"
+        "    sys.argv[1:] = ['--help']\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        zoo_convert.cli.main()  # the console script, as `zoo-convert --help` runs it\n"
+        "import numpy as np\n"
+        "from threadpoolctl import threadpool_info\n"
+        "np.ones(1 << 17) @ np.ones(1 << 17)\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), *[p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    ran = {how: subprocess.run([sys.executable, "-c", code, how], env=env, capture_output=True, text=True, check=True).stdout.split()
+           for how in ("cli", "library")}  # fmt: skip
+    assert ran["cli"][0] == "1" and set(ran["cli"][1:]) == {"1"}, ran
+    assert ran["library"][0] == "None" and "1" not in ran["library"][1:], ran

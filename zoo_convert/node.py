@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -209,6 +210,19 @@ def _cgroup_usage_s(path: Path) -> float | None:
                 return int(value) / 1e6
         return None
     return int(text) / 1e9  # v1 cpuacct.usage: nanoseconds
+
+
+def one_blas_thread(env: MutableMapping[str, str]) -> None:
+    """Give a process that has not imported numpy yet (``env``: its environment) one OpenBLAS thread, unless set.
+
+    numpy's OpenBLAS runs a large call (verify's dot products, a feature extractor's matmul) on a
+    thread per CPU, and the extra threads then spin-wait for the next call on CPUs the job's PyTorch
+    and ONNX Runtime, or the node's other jobs, are using: 5.8 % of `make demo`'s CPU time (perf, 2
+    cores; docs/how-a-job-runs.md). OpenBLAS reads this once, when numpy is imported: the CLI sets it
+    before anything imports numpy, and the fork server starts with it. A library import of zoo_convert
+    leaves the caller's environment as it is.
+    """
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def usable_cpus() -> int:

@@ -82,6 +82,7 @@ from typing import NamedTuple, Protocol
 
 from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
+from ..node import one_blas_thread
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
 from ..stages.forked import claim_into, die_with_parent, grant, paused_path, set_lease_paths
 from ..node import toolchain_versions
@@ -487,6 +488,7 @@ def _connect_or_start(address: str, preload: str, linger_s: float) -> socket.soc
         with open(address + ".log", "w") as log:
             code = f"from zoo_convert.farm.isolation import _serve; _serve({address!r}, {preload!r}, {linger_s!r})"
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            one_blas_thread(env)  # the server imports numpy once for every job it forks
             proc = subprocess.Popen(
                 [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=env, start_new_session=True,
