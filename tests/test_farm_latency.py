@@ -87,7 +87,10 @@ def test_each_benchmark_has_its_cpus_to_itself_and_the_run_says_where_its_second
     # The run says how long its latency phases took, and it is printed.
     (node,) = report.latency.values()
     assert node["phases"] >= 1 and 0 < node["timed_s"] <= node["phase_s"] < report.seconds and node["lanes"] == 2
-    assert node["pauses"] >= 1 and any(paused.values()), (node, paused)
+    # A conversion was paused. Its window is in its job's record only where the pause reached into the job's own
+    # run: a job stopped as its process started (its slot taken, a phase beginning at once) starts its record after
+    # the pause (seen in CI: one pause, no window); tests/test_isolation.py checks the windows of a job paused mid-run.
+    assert node["pauses"] >= 1, node
     for r in results:  # a stage's seconds leave its pauses out: a stage never outlasts its job's wall time less them
         wall = _epoch(r.finished_at) - _epoch(r.started_at) - sum(p1 - p0 for p0, p1 in paused[r.source])
         assert sum(s.seconds for s in r.stages) <= wall + 0.5, (r.source, wall)
