@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         stages = con.execute("SELECT sum(export_s), sum(optimize_s), sum(verify_s), count(*) FILTER (WHERE bench_noisy),"
                              " count(ort_p50_ms) FROM results").fetchone()  # fmt: skip
         targets = con.execute("SELECT target, round(sum(seconds), 1) FROM target_results GROUP BY 1 ORDER BY 1").fetchall()
-    most = {node[:8]: int(s.get("most_converting", 0)) for node, s in report.latency.items()}
+    most = {node[:8]: int(s["most_converting"]) for node, s in report.latency.items()}
     print(f"{report.recorded} of {args.models} recorded in {wall:.1f} s on {args.nodes} nodes of {args.cpus} CPU(s)")
     print(f"most conversions at once per node: {most}")
     export_s, optimize_s, verify_s, noisy, timed = stages

@@ -82,10 +82,9 @@ from typing import NamedTuple, Protocol
 
 from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
-from ..node import one_blas_thread
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
 from ..stages.forked import claim_into, die_with_parent, grant, paused_path, set_lease_paths
-from ..node import toolchain_versions
+from ..node import one_blas_thread, toolchain_versions
 
 
 class JobFn(Protocol):
