@@ -62,6 +62,8 @@ def test_the_card_states_the_conditions_of_each_latency_and_leaves_noisy_ones_ou
     assert "37.90" not in card and "0.53x" not in card, "a noisy figure is never shown"
     assert "| - | - | - |" in table["fp16"] and "| - | - | - |" in table["int8"]
     conditions = card[card.index("Latency conditions") :]
+    # How the figures were taken, as the benchmark stage takes them (the sides stopped alternating call by call).
+    assert conditions.startswith("Latency conditions (p50 of one forward pass; ONNX Runtime and PyTorch eager each timed in a block")
     assert f"- fp32: batch x length 1x128, 1 thread, {CPU}, other processes busy on 0.50 CPUs, ORT 20 samples, spread 3%" in conditions
     assert "- fp16: latency left out, measured under noise (" in conditions and "spread 42%" in conditions
     assert "- int8: no latency (not timed: RuntimeError: no kernel)." in conditions

@@ -385,7 +385,7 @@ def _latency_conditions(variants: Iterable[VariantRow]) -> list[str]:
             lines.append(f"- {v.variant}: {_conditions(v)}.")
         elif v.bench_note:
             lines.append(f"- {v.variant}: no latency ({v.bench_note}).")
-    return ["Latency conditions (p50 of one forward pass; ONNX Runtime and PyTorch eager timed in interleaved rounds):",
+    return ["Latency conditions (p50 of one forward pass; ONNX Runtime and PyTorch eager each timed in a block of its own):",
             "", *lines, ""] if lines else []  # fmt: skip
 
 
