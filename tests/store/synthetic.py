@@ -21,9 +21,11 @@ VERSIONS = {"zoo_convert": "0.1.0", "torch": "2.13.0", "onnxruntime": "1.32.0"}
 
 
 def variant(
-    name: str, *, passed: bool = True, max_abs: float = 1e-6, ort_ms: float = 2.0, message: str | None = None
+    name: str, *, passed: bool = True, max_abs: float = 1e-6, ort_ms: float = 2.0, message: str | None = None,
+    torch_ms: float | None = None,
 ) -> VariantResult:
-    """One variant with two outputs checked at two shapes."""
+    """One variant with two outputs checked at two shapes; PyTorch ``torch_ms`` (2.5x ``ort_ms`` unless given)."""
+    torch_ms = ort_ms * 2.5 if torch_ms is None else torch_ms
     outputs = tuple(
         OutputCheck(output=o, shape=s, max_abs=max_abs, max_rel=max_abs * 10, mean_abs=max_abs / 10, cosine=0.99999,
                     passed=passed)
@@ -43,9 +45,9 @@ def variant(
         min_cosine=0.99999,
         ort_p50_ms=ort_ms if passed else None,
         ort_p90_ms=ort_ms * 1.2 if passed else None,
-        torch_p50_ms=ort_ms * 2.5 if passed else None,
-        torch_p90_ms=ort_ms * 3.0 if passed else None,
-        speedup=2.5 if passed else None,
+        torch_p50_ms=torch_ms if passed else None,
+        torch_p90_ms=torch_ms * 1.2 if passed else None,
+        speedup=torch_ms / ort_ms if passed else None,
         optimizer={"fusion_applied": True, "fusions": {"Attention": 2, "LayerNormalization": 5}},
         outputs=outputs,
     )
@@ -96,9 +98,9 @@ def result(
     )
 
 
-def good(name: str, *, max_abs: float = 1e-6, ort_ms: float = 2.0) -> tuple[VariantResult, ...]:
+def good(name: str, *, max_abs: float = 1e-6, ort_ms: float = 2.0, torch_ms: float | None = None) -> tuple[VariantResult, ...]:
     """Three passing variants."""
-    return tuple(variant(v, max_abs=max_abs, ort_ms=ort_ms) for v in ("fp32", "fp16", "int8"))
+    return tuple(variant(v, max_abs=max_abs, ort_ms=ort_ms, torch_ms=torch_ms) for v in ("fp32", "fp16", "int8"))
 
 
 NUMERICS = "output 'last_hidden_state' max abs error 0.{n} > tolerance 0.0001 at shape 3x19"
@@ -123,7 +125,8 @@ HISTORY: dict[str, list[tuple[str, ConversionResult]]] = {
             ),
         ),
         ("k-gpt2-2", result("zoo/gpt2-b", "gpt2", variants=good("gpt2-b", max_abs=1e-3))),
-        ("k-roberta-2", result("zoo/roberta-c", "roberta", variants=good("roberta-c", ort_ms=3.0))),
+        # ONNX Runtime 50 % slower, its PyTorch reference as before (5.0 ms): a slower conversion, not the machine.
+        ("k-roberta-2", result("zoo/roberta-c", "roberta", variants=good("roberta-c", ort_ms=3.0, torch_ms=5.0))),
         ("k-vit-2", result("zoo/vit-e", "vit", failure=("export_error", "export", EXPORT.format(m="vit", n=1)))),
         ("k-manifest-2", ConversionResult(source="", status="failed", failure_kind="manifest_error",
                                           stage="manifest", message="row 7: source is empty", row=7)),

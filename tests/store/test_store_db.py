@@ -417,7 +417,8 @@ def _timed(ort_ms: float, *, noisy: bool) -> VariantResult:
 
     from synthetic import variant
 
-    return replace(variant("fp32", ort_ms=ort_ms), ort_runs=20, ort_spread=0.4 if noisy else 0.03, torch_runs=20,
+    # PyTorch's reference at 5 ms whatever ONNX Runtime's figure: a change in ONNX Runtime's alone.
+    return replace(variant("fp32", ort_ms=ort_ms, torch_ms=5.0), ort_runs=20, ort_spread=0.4 if noisy else 0.03, torch_runs=20,
                    torch_spread=0.05, bench_threads=1, bench_shape="1x128", bench_cpu="Xeon (avx512_vnni)",
                    bench_load=3.5 if noisy else 0.4, bench_noisy=noisy)  # fmt: skip
 
@@ -454,3 +455,30 @@ def test_a_noisy_latency_is_never_a_slower_regression(tmp_path: Path, before: bo
         store.finish_run(run)
     got = rows(store, "SELECT regression FROM regressions")
     assert got == ([("slower",)] if slower else [])
+
+
+@pytest.mark.parametrize(
+    ("torch_after", "revision_after", "slower"),
+    [
+        (5.0, "a" * 40, True),  # ONNX Runtime 1.5x, its PyTorch reference as before: the conversion got slower
+        (7.5, "a" * 40, False),  # both sides 1.5x on the same weights: the machine ran slower for the whole job
+        (6.0, "a" * 40, True),  # PyTorch 1.2x, ONNX Runtime 1.5x: 1.25x beyond the machine's share
+        (7.5, "b" * 40, True),  # a new checkpoint: its PyTorch figure is another model's, ONNX Runtime's alone decides
+    ],
+)
+def test_slower_asks_the_jobs_own_pytorch_figure_for_the_same_checkpoint(
+    tmp_path: Path, torch_after: float, revision_after: str, slower: bool
+) -> None:
+    from dataclasses import replace
+
+    from zoo_convert.records import ConversionResult
+
+    store = ResultStore(tmp_path / "r.duckdb")
+    for run, ort_ms, torch_ms, revision in (("r1", 2.0, 5.0, "a" * 40), ("r2", 3.0, torch_after, revision_after)):
+        store.start_run(run, manifest="m", manifest_hash="h", versions={}, resources={}, settings={})
+        timed = replace(_timed(ort_ms, noisy=False), torch_p50_ms=torch_ms)
+        store.record(run, "k-" + run, ConversionResult(source="zoo/bert", status="passed", model_type="bert",
+                                                        resolved_revision=revision, variants=(timed,)))  # fmt: skip
+        store.finish_run(run)
+    got = rows(store, "SELECT regression, previous_torch_p50_ms, torch_p50_ms FROM regressions")
+    assert got == ([("slower", 5.0, torch_after)] if slower else [])
