@@ -167,6 +167,8 @@ def test_regressions_say_what_changed(browser: Chrome, site_url: str) -> None:
     assert any("zoo/gpt2-b" in r and "broke" in r and "torch 2.13.0 -> 2.14.0" in r for r in rows)
     assert any("zoo/roberta-c" in r and "slower" in r and "checkpoint abababab" in r and "cdcdcdcdcd" in r
                for r in rows)
+    # A slower row shows PyTorch's figures beside ONNX Runtime's: a new checkpoint, both sides moved (5 -> 22.5 ms).
+    assert any("zoo/roberta-c" in r and "slower" in r and "22.5" in r for r in rows)
     assert all("nightly-2026-01-02" in r for r in rows)  # since: the run each one is compared with
 
 

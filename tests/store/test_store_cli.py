@@ -72,6 +72,9 @@ def test_regressions_since_a_name_or_a_date_and_what_changed(db: str) -> None:
     run2 = [line for line in out.splitlines() if "slower" in line or "error_grew" in line]
     assert run2 and all(line.startswith("nightly-2026-01-02 ") for line in run2)
     assert all("same checkpoint and toolchain" in line for line in run2)
+    # A slower row shows both figures it was judged on: ONNX Runtime 2 -> 3 ms, its PyTorch reference 5 -> 5 ms.
+    header = out.splitlines()[0].split()
+    assert header[header.index("ort_p50_ms") + 1 : header.index("ort_p50_ms") + 3] == ["previous_torch_p50_ms", "torch_p50_ms"]
     assert run("db", "regressions", "--db", db, "--since", "2000-01-01") == (1, out)  # run-1 has nothing to compare
     assert run("db", "regressions", "--db", db, "--since", "2999-01-01") == (0, "no regressions\n")
 

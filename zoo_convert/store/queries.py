@@ -191,7 +191,8 @@ def first_run_since(store: ResultStore, since: str) -> int:
 
 
 REGRESSION_COLUMNS = ("run", "since_run", "regression", "source", "exporter", "opset", "variant", "changed",
-                      "previous_max_abs", "max_abs", "previous_ort_p50_ms", "ort_p50_ms", "failure_kind", "message")
+                      "previous_max_abs", "max_abs", "previous_ort_p50_ms", "ort_p50_ms", "previous_torch_p50_ms",
+                      "torch_p50_ms", "failure_kind", "message")
 
 
 def regression_rows(con: duckdb.DuckDBPyConnection, first_seq: int, last_seq: int = 2**31 - 1,

@@ -222,6 +222,8 @@ function renderFailures() {
      ["what changed", (r) => `<span class="msg">${esc(r.changed)}</span>`],
      ["max abs", (r) => `${num(r.previous_max_abs)} → ${num(r.max_abs)}`, true],
      ["ORT p50 ms", (r) => `${num(r.previous_ort_p50_ms)} → ${num(r.ort_p50_ms)}`, true],
+     // slower weighs ONNX Runtime's move against PyTorch's in the same job: both shown.
+     ["PyTorch p50 ms", (r) => `${num(r.previous_torch_p50_ms)} → ${num(r.torch_p50_ms)}`, true],
      ["message", (r) => `<span class="msg">${esc(r.message)}</span>`]],
     DATA.regressions, "no regressions in the latest run");
 }
