@@ -313,6 +313,39 @@ GROUP BY ALL;
 """
 
 
+def _regressions_view(slower: str = "", previous: str = "", shown: str = "") -> str:
+    """The regressions view: ``slower`` adds to ONNX Runtime's 20 % its further condition, ``previous`` the
+    previous job's further columns, ``shown`` the view's (migrations 8 and 15)."""
+    return f"""CREATE OR REPLACE VIEW regressions AS
+WITH pairs AS (
+    SELECT c.*, runs.run_seq,
+        p.run_id AS previous_run_id, p.status AS previous_status,
+        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms,{previous}
+        p.bench_noisy AS previous_bench_noisy
+    FROM result_cells c
+    JOIN runs USING (run_id)
+    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
+),
+found AS (
+    SELECT *, unnest([
+        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
+        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
+        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
+        CASE WHEN status = 'passed' AND previous_status = 'passed'
+             AND NOT coalesce(bench_noisy, false) AND NOT coalesce(previous_bench_noisy, false)
+             AND ort_p50_ms > 1.2 * previous_ort_p50_ms{slower} THEN 'slower' END
+    ]) AS regression
+    FROM pairs
+)
+SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
+    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
+    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
+    failure_kind, stage, message, job_key{shown}
+FROM found
+WHERE regression IS NOT NULL;
+"""
+
+
 # Latency you can trust (issue 12): each latency's runs, spread (IQR / p50) and conditions
 # (threads, batch x length, CPU model, load average), whether it is noisy and why a verified
 # variant has none. A noisy latency is no evidence of a slowdown: ``slower`` compares two
@@ -343,34 +376,7 @@ FROM results r
 LEFT JOIN (VALUES {VARIANT_VALUES}) v(variant) ON r.variant IS NULL
 WHERE r.failure_kind IS DISTINCT FROM 'manifest_error';
 
-CREATE OR REPLACE VIEW regressions AS
-WITH pairs AS (
-    SELECT c.*, runs.run_seq,
-        p.run_id AS previous_run_id, p.status AS previous_status,
-        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms,
-        p.bench_noisy AS previous_bench_noisy
-    FROM result_cells c
-    JOIN runs USING (run_id)
-    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
-),
-found AS (
-    SELECT *, unnest([
-        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
-        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
-        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
-        CASE WHEN status = 'passed' AND previous_status = 'passed'
-             AND NOT coalesce(bench_noisy, false) AND NOT coalesce(previous_bench_noisy, false)
-             AND ort_p50_ms > 1.2 * previous_ort_p50_ms THEN 'slower' END
-    ]) AS regression
-    FROM pairs
-)
-SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
-    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
-    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
-    failure_kind, stage, message, job_key
-FROM found
-WHERE regression IS NOT NULL;
-"""
+{_regressions_view()}"""
     + _SIGNATURES_BY_CAUSE
     + _INCONCLUSIVE_CELLS
 )
@@ -496,39 +502,15 @@ ALTER TABLE results ADD COLUMN torch_ci DOUBLE;
 # five runs, 2026-12-05/06) the ONNX-Runtime-only rule flagged 321 rows slower, none of them a regression; this one
 # 130. A new checkpoint is compared as before: its PyTorch figure is another model's. A later migration that
 # re-creates the views after an ALTER TABLE re-runs ``_RESULTS_VIEWS + _REGRESSIONS``.
-_REGRESSIONS = """
-CREATE OR REPLACE VIEW regressions AS
-WITH pairs AS (
-    SELECT c.*, runs.run_seq,
-        p.run_id AS previous_run_id, p.status AS previous_status,
-        p.max_abs AS previous_max_abs, p.ort_p50_ms AS previous_ort_p50_ms,
-        p.torch_p50_ms AS previous_torch_p50_ms, p.resolved_revision AS previous_resolved_revision,
-        p.bench_noisy AS previous_bench_noisy
-    FROM result_cells c
-    JOIN runs USING (run_id)
-    JOIN result_cells p ON p.job_seq = c.previous_job_seq AND p.variant = c.variant
-),
-found AS (
-    SELECT *, unnest([
-        CASE WHEN previous_status = 'passed' AND status = 'failed' THEN 'broke' END,
-        -- a floor of 1e-6 keeps float noise (1e-8 -> 1e-7) out of the list
-        CASE WHEN max_abs > 10 * greatest(previous_max_abs, 1e-6) THEN 'error_grew' END,
-        CASE WHEN status = 'passed' AND previous_status = 'passed'
-             AND NOT coalesce(bench_noisy, false) AND NOT coalesce(previous_bench_noisy, false)
-             AND ort_p50_ms > 1.2 * previous_ort_p50_ms
+_REGRESSIONS = _regressions_view(
+    slower="""
              AND (resolved_revision IS DISTINCT FROM previous_resolved_revision
                   OR torch_p50_ms IS NULL OR previous_torch_p50_ms IS NULL
-                  OR ort_p50_ms / previous_ort_p50_ms > 1.2 * torch_p50_ms / previous_torch_p50_ms) THEN 'slower' END
-    ]) AS regression
-    FROM pairs
+                  OR ort_p50_ms / previous_ort_p50_ms > 1.2 * torch_p50_ms / previous_torch_p50_ms)""",
+    previous="""
+        p.torch_p50_ms AS previous_torch_p50_ms, p.resolved_revision AS previous_resolved_revision,""",
+    shown=", previous_torch_p50_ms, torch_p50_ms",
 )
-SELECT run_id, run_seq, previous_run_id, regression, source, revision, exporter,
-    coalesce(opset, opset_requested) AS opset, variant, model_type, task,
-    previous_status, status, previous_max_abs, max_abs, previous_ort_p50_ms, ort_p50_ms,
-    failure_kind, stage, message, job_key, previous_torch_p50_ms, torch_p50_ms
-FROM found
-WHERE regression IS NOT NULL;
-"""
 
 
 @dataclass(frozen=True)
