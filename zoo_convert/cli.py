@@ -386,7 +386,7 @@ _DB_OPTION = _db_option("the farm's results database (opened read-only)")
 
 @cli.group()
 def db() -> None:
-    """Read the compatibility database (read-only; waits while a farm run holds it)."""
+    """Read the compatibility database (read-only but for migrate; waits while a farm run holds it)."""
 
 
 @db.command("status")
@@ -450,6 +450,27 @@ def db_query(db_path: str, fmt: str, sql: str) -> None:
     columns, rows = query(ResultStore(db_path, read_only=True), sql, untrusted=True)
     if columns:
         click.echo(FORMATS[fmt](columns, rows))
+
+
+@db.command("migrate")
+@_db_option("the farm's results database", exists=True)
+def db_migrate(db_path: str) -> None:
+    """Bring the database's schema up to this zoo_convert's, as the next run on it would.
+
+    The readers (db status, regressions, query, export, the dashboard) open it read-only and refuse a schema
+    older than theirs: after an upgrade, this (or the next run) migrates it. Migrations only add: columns,
+    tables and views made again.
+
+    Example:
+
+    \b
+        zoo-convert db migrate --db build/demo/results.duckdb
+    """
+    from .store import ResultStore
+    from .store.schema import LATEST_VERSION
+
+    found = ResultStore(db_path).found_version
+    click.echo(f"{db_path}: schema version {LATEST_VERSION}" + (f" (was {found})" if found != LATEST_VERSION else " (already the latest)"))
 
 
 @db.command("export")

@@ -225,3 +225,22 @@ def test_query_markdown_and_the_default_table(db: str) -> None:
     code, out = run("db", "query", "--db", db, LONG_SQL)
     assert code == 0 and "…" in out  # the terminal table still cuts long cells
     assert run("db", "query", "--db", db, "--format", "xml", "SELECT 1")[0] == 2
+
+
+def test_a_database_an_older_zoo_convert_wrote_is_refused_by_readers_until_db_migrate(tmp_path: Path) -> None:
+    from zoo_convert.store.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_MIGRATIONS
+
+    path = tmp_path / "old.duckdb"
+    with duckdb.connect(str(path)) as con:  # what the version before the newest migration left
+        con.execute(SCHEMA_MIGRATIONS)
+        for m in MIGRATIONS[:-1]:
+            con.execute(m.sql)
+            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
+    code, out = run("db", "status", "--db", str(path))
+    assert code == 1 and f"schema version {LATEST_VERSION - 1} < {LATEST_VERSION}" in out
+    assert f"zoo-convert db migrate --db {path}" in out  # the message says what to run
+    assert run("db", "migrate", "--db", str(path)) == (0, f"{path}: schema version {LATEST_VERSION} (was {LATEST_VERSION - 1})\n")
+    assert run("db", "status", "--db", str(path)) == (0, "no runs yet\n")
+    assert run("db", "migrate", "--db", str(path)) == (0, f"{path}: schema version {LATEST_VERSION} (already the latest)\n")
+    assert run("db", "migrate", "--db", str(tmp_path / "typo.duckdb"))[0] == 2  # never makes a new database
+    assert not (tmp_path / "typo.duckdb").exists()

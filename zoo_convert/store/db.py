@@ -55,11 +55,13 @@ class ResultStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # a --db under a file, a read-only file system
                 raise StoreError(f"{self.path}: cannot make its folder: {exc.strerror or exc}") from exc
+        # The schema version found: a writer brings it up to LATEST_VERSION (``db migrate`` says from what).
+        self.found_version = LATEST_VERSION
         with self.connect() as con:
             if read_only:
                 _check_version(con, self.path)
             else:
-                _migrate(con)
+                self.found_version = _migrate(con)
 
     def __enter__(self) -> ResultStore:
         return self
@@ -512,9 +514,11 @@ def _check_run_name(con: duckdb.DuckDBPyConnection, name: str) -> None:
         raise UsageError(f"run name {name!r} is taken by run {taken[0]}; each run needs its own name")
 
 
-def _migrate(con: duckdb.DuckDBPyConnection) -> None:
+def _migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Apply the migrations the database lacks; the newest it had before (0: a new database)."""
     con.execute(SCHEMA_MIGRATIONS)
     applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    found = max(applied, default=0)
     for m in MIGRATIONS:
         if m.version in applied:
             continue
@@ -526,6 +530,7 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
             con.rollback()
             raise
         con.commit()
+    return found
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple[Any, ...]:
@@ -543,7 +548,8 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     except duckdb.CatalogException as exc:
         raise StoreError(f"{path} is not a zoo_convert results database") from exc
     if version < LATEST_VERSION:
-        raise StoreError(f"{path} has schema version {version} < {LATEST_VERSION}; open it once for writing to migrate")
+        raise StoreError(f"{path} has schema version {version} < {LATEST_VERSION}, this zoo_convert's: "
+                         f"zoo-convert db migrate --db {path} (or the next run on it) migrates it")
 
 
 def _utcnow() -> datetime:
