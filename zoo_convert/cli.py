@@ -470,7 +470,10 @@ def db_migrate(db_path: str) -> None:
     from .store.schema import LATEST_VERSION
 
     found = ResultStore(db_path).found_version
-    click.echo(f"{db_path}: schema version {LATEST_VERSION}" + (f" (was {found})" if found != LATEST_VERSION else " (already the latest)"))
+    if found > LATEST_VERSION:  # a newer zoo_convert wrote it: nothing here to apply
+        click.echo(f"{db_path}: schema version {found}, newer than this zoo_convert's {LATEST_VERSION}: nothing to do")
+    else:
+        click.echo(f"{db_path}: schema version {LATEST_VERSION}" + (f" (was {found})" if found < LATEST_VERSION else " (already the latest)"))
 
 
 @db.command("export")

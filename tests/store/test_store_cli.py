@@ -74,7 +74,10 @@ def test_regressions_since_a_name_or_a_date_and_what_changed(db: str) -> None:
     assert all("same checkpoint and toolchain" in line for line in run2)
     # A slower row shows both figures it was judged on: ONNX Runtime 2 -> 3 ms, its PyTorch reference 5 -> 5 ms.
     header = out.splitlines()[0].split()
-    assert header[header.index("ort_p50_ms") + 1 : header.index("ort_p50_ms") + 3] == ["previous_torch_p50_ms", "torch_p50_ms"]
+    assert header[header.index("previous_ort_p50_ms") : header.index("previous_ort_p50_ms") + 4] == [
+        "previous_ort_p50_ms", "ort_p50_ms", "previous_torch_p50_ms", "torch_p50_ms"]  # fmt: skip
+    slower = [line.split() for line in run2 if "slower" in line and "zoo/roberta-c" in line]
+    assert len(slower) == 3 and all(cells[-4:] == ["2", "3", "5", "5"] for cells in slower)
     assert run("db", "regressions", "--db", db, "--since", "2000-01-01") == (1, out)  # run-1 has nothing to compare
     assert run("db", "regressions", "--db", db, "--since", "2999-01-01") == (0, "no regressions\n")
 
@@ -242,5 +245,9 @@ def test_a_database_an_older_zoo_convert_wrote_is_refused_by_readers_until_db_mi
     assert run("db", "migrate", "--db", str(path)) == (0, f"{path}: schema version {LATEST_VERSION} (was {LATEST_VERSION - 1})\n")
     assert run("db", "status", "--db", str(path)) == (0, "no runs yet\n")
     assert run("db", "migrate", "--db", str(path)) == (0, f"{path}: schema version {LATEST_VERSION} (already the latest)\n")
+    with duckdb.connect(str(path)) as con:  # as a newer zoo_convert would leave it
+        con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, 'from the future')", [LATEST_VERSION + 1])
+    assert run("db", "migrate", "--db", str(path)) == (
+        0, f"{path}: schema version {LATEST_VERSION + 1}, newer than this zoo_convert's {LATEST_VERSION}: nothing to do\n")
     assert run("db", "migrate", "--db", str(tmp_path / "typo.duckdb"))[0] == 2  # never makes a new database
     assert not (tmp_path / "typo.duckdb").exists()
