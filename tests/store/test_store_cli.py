@@ -251,3 +251,15 @@ def test_a_database_an_older_zoo_convert_wrote_is_refused_by_readers_until_db_mi
         0, f"{path}: schema version {LATEST_VERSION + 1}, newer than this zoo_convert's {LATEST_VERSION}: nothing to do\n")
     assert run("db", "migrate", "--db", str(tmp_path / "typo.duckdb"))[0] == 2  # never makes a new database
     assert not (tmp_path / "typo.duckdb").exists()
+
+
+def test_a_duckdb_file_that_is_not_a_results_database_is_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "sales.duckdb"  # someone's own database, a --db pointed at the wrong file
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE sales AS SELECT 1 AS x")
+        con.execute("CREATE VIEW by_x AS SELECT x FROM sales")
+    for args in (("db", "migrate"), ("db", "status")):
+        code, out = run(*args, "--db", str(path))
+        assert code == 1 and f"{path} is not a zoo_convert results database" in out, (args, out)
+    with duckdb.connect(str(path), read_only=True) as con:  # migrate wrote nothing: none of our tables or views
+        assert sorted(n for (n,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()) == ["by_x", "sales"]

@@ -61,7 +61,7 @@ class ResultStore:
             if read_only:
                 _check_version(con, self.path)
             else:
-                self.found_version = _migrate(con)
+                self.found_version = _migrate(con, self.path)
 
     def __enter__(self) -> ResultStore:
         return self
@@ -514,8 +514,19 @@ def _check_run_name(con: duckdb.DuckDBPyConnection, name: str) -> None:
         raise UsageError(f"run name {name!r} is taken by run {taken[0]}; each run needs its own name")
 
 
-def _migrate(con: duckdb.DuckDBPyConnection) -> int:
-    """Apply the migrations the database lacks; the newest it had before (0: a new database)."""
+def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """Apply the migrations the database lacks; the newest it had before (0: a new database).
+
+    A DuckDB file that holds tables or views but no ``schema_migrations`` is someone else's
+    database (a ``--db`` pointed at the wrong file): refused, never given our tables.
+    """
+    names = [n for (n,) in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() ORDER BY 1"
+    ).fetchall()]  # fmt: skip
+    if names and "schema_migrations" not in names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise StoreError(f"{path} is not a zoo_convert results database (it holds {shown}); nothing was written to it: "
+                         "name a new file or a results database")
     con.execute(SCHEMA_MIGRATIONS)
     applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
     found = max(applied, default=0)
