@@ -159,6 +159,8 @@ class Measured:
         maxrss_bytes: ``ru_maxrss`` from wait4: the largest single process of the tree, a forked child
             counted with the pages it shares with its parent.
         load: the 1-minute load average, mean over the samples.
+        sys_s: the kernel's share of ``cpu_s``; minor_faults: the pages the tree touched for the first time (both
+            from wait4, the same children). On a VM that hands freed memory back to its host, these move the wall.
         timeline: (seconds since start, tree PSS bytes, processes in the tree) per sample.
     """
 
@@ -168,6 +170,8 @@ class Measured:
     peak_bytes: int
     maxrss_bytes: int
     load: float
+    sys_s: float = 0.0
+    minor_faults: int = 0
     timeline: list[tuple[float, int, int]] = field(default_factory=list)
 
 
@@ -200,6 +204,8 @@ def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None, interv
         peak_bytes=max(peak_tree, hwm),
         maxrss_bytes=usage.ru_maxrss * 1024,
         load=sum(loads) / len(loads) if loads else os.getloadavg()[0],
+        sys_s=usage.ru_stime,
+        minor_faults=usage.ru_minflt,
         timeline=timeline,
     )
 

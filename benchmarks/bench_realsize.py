@@ -169,8 +169,13 @@ def run_side(side: Side, cmd: list[str], out: Path, logs: Path, env: dict[str, s
     found = sorted(out.rglob("result.json"))
     if found:
         side.result = json.loads(found[0].read_text())
-    print(f"  {side.label:10} exit {m.rc}  wall {m.wall_s:6.1f} s  cpu {m.cpu_s:6.1f} s  peak {m.peak_bytes / GB:5.2f} GB"
+    print(f"  {side.label:10} exit {m.rc}  wall {m.wall_s:6.1f} s  cpu {m.cpu_s:6.1f} s (kernel {m.sys_s:5.1f} s,"
+          f" {m.minor_faults / 1e6:.2f} M page faults)  peak {m.peak_bytes / GB:5.2f} GB"
           f"  (ru_maxrss {m.maxrss_bytes / GB:.2f} GB, load {m.load:.1f})", flush=True)  # fmt: skip
+
+
+def _user(m: Measured) -> float:
+    return max(m.cpu_s - m.sys_s, 1e-9)
 
 
 def stages(result: dict | None) -> dict[str, float]:
@@ -367,6 +372,14 @@ def main() -> int:
                   + " | ".join(f"{m.wall_s:>7.1f}{m.cpu_s:>8.1f}{m.peak_bytes / GB:>8.2f} " for m in (o, f, a))
                   + f" | {f.wall_s / o.wall_s:>5.2f}x{f.peak_bytes / o.peak_bytes:>6.2f}x  |"
                   f" {(a.wall_s - lat) / o.wall_s:>5.2f}x{lat:>11.1f}{a.wall_s / o.wall_s:>8.2f}x")  # fmt: skip
+        # On a VM whose freed memory goes back to its host (this one: Firecracker, free page reporting), a first touch
+        # costs several microseconds a page and half a real-size job's wall can be the kernel's: the walls then move
+        # with where the faults fall, the user CPU much less (docs/benchmarks.md). Printed so a ratio can be read.
+        print("user CPU (without the kernel's) and page faults, fp32 / O2: " + "; ".join(
+            f"{name} {_user(sides['ours fp32'].median) / _user(sides['optimum O2'].median):.2f}x user,"
+            f" kernel {sides['optimum O2'].median.sys_s:.1f} / {sides['ours fp32'].median.sys_s:.1f} s,"
+            f" faults {sides['optimum O2'].median.minor_faults / 1e6:.2f} / {sides['ours fp32'].median.minor_faults / 1e6:.2f} M"
+            for name, sides in results.items()))  # fmt: skip
         if args.repeat > 1:
             print("spread of the walls over the repeats, (max - min) / median: " + "; ".join(
                 f"{name} " + ", ".join(f"{k} {spread(s):.0%}" for k, s in sides.items()) for name, sides in results.items()))  # fmt: skip

@@ -134,6 +134,7 @@ def test_measure_sums_a_process_tree_and_counts_forked_pages_once(tmp_path: Path
     assert 0.48e9 <= m.peak_bytes <= 0.7e9
     assert m.maxrss_bytes >= 0.3e9  # the largest single process, as wait4 reports it
     assert m.cpu_s > 0 and m.wall_s >= 2
+    assert 0 < m.sys_s <= m.cpu_s and m.minor_faults > 1000  # 0.5 GB touched: the kernel's share, the first touches
     assert max(n for _, _, n in m.timeline) == 3
 
 
