@@ -161,3 +161,34 @@ def test_a_row_asks_for_its_optimization_level(tmp_path: Path) -> None:
     reasons = {p.row: p.reason for p in m.problems}
     assert "unknown optimize level 'O4'" in reasons[3] and "O4, O3 in fp16, is the fp16 variant" in reasons[3]
     assert reasons[4] == "unknown optimize level 'o2x' (choose from O1, O2, O3)"
+
+
+def test_from_csv_keeps_revisions_and_drops_what_validate_would_refuse(tmp_path: Path) -> None:
+    csv_file = tmp_path / "ids.csv"
+    csv_file.write_text(
+        "model_id,task,revision,library,source\n"
+        "google-bert/bert-base-uncased,fill-mask,v1.0,transformers,listed somewhere\n"  # 1: pinned, kept pinned
+        "openai/whisper-tiny,,,,\n"  # 2
+        "bad id here,,,,\n"  # 3: invalid id
+        ",fill-mask,,,\n"  # 4: no id
+        "google-bert/bert-base-uncased,fill-mask,v1.0,transformers,\n"  # 5: duplicate of 1
+        "google-bert/bert-base-uncased,fill-mask,main,transformers,\n"  # 6: another revision: another job
+        "org/model,no-such-task,,,\n"  # 7
+    )
+    out = tmp_path / "m.parquet"
+    res = CliRunner().invoke(cli, ["manifest", "from-csv", str(csv_file), str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == f"wrote 3 rows to {out} (4 dropped)\n"
+    dropped = [line for line in res.stderr.splitlines() if line.startswith("dropped")]
+    assert [d.split(":")[0] for d in dropped] == [f"dropped csv row {n}" for n in (3, 4, 5, 7)]
+    assert "invalid repo id 'bad id here'" in dropped[0] and dropped[1].endswith("missing source")
+    assert "duplicate of csv row 1" in dropped[2] and "unknown task 'no-such-task'" in dropped[3]
+    m = read_manifest(out)
+    assert not m.problems and not m.duplicates
+    assert [(e.source, e.revision, e.task) for e in m.entries] == [
+        ("google-bert/bert-base-uncased", "v1.0", "fill-mask"), ("openai/whisper-tiny", None, None),
+        ("google-bert/bert-base-uncased", "main", "fill-mask")]  # the CSV's own "source" column is not the id
+    (tmp_path / "nohead.csv").write_text("id,task\nx,y\n")
+    res = CliRunner().invoke(cli, ["manifest", "from-csv", str(tmp_path / "nohead.csv"), str(tmp_path / "n.parquet")])
+    assert res.exit_code == 2 and "no model_id column (its header: id, task)" in res.output
+    assert not (tmp_path / "n.parquet").exists()

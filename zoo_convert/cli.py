@@ -783,7 +783,11 @@ def manifest_validate(path: str) -> None:
 @click.argument("csv_path", metavar="CSV", type=click.Path(dir_okay=False, exists=True))
 @click.argument("out_path", metavar="OUT", type=click.Path(dir_okay=False))
 def manifest_from_csv(csv_path: str, out_path: str) -> None:
-    """Build a manifest of hub ids from a CSV of model_id, task, library.
+    """Build a manifest of hub ids from a CSV of model_id and, where it has them, task, revision, library.
+
+    Every row gets the checks `manifest validate` makes (and duplicates): a row that fails one is
+    dropped, said on stderr with its CSV row number, never written. Also copied where present:
+    exporter, optimize; model_type becomes a model_type: tag (for `manifest coverage`).
 
     Example:
 

@@ -169,6 +169,7 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
     hub_ok = pc.and_kleene(hub_ok, pc.invert(pc.ends_with(source, HUB_ID_FORBIDDEN_SUFFIX)))
     bad_hub = pc.and_kleene(pc.invert(local), pc.invert(hub_ok))
     bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.match_substring_regex(source, r"(^|/)\.\.(/|$)")))
+    bad_hub = pc.and_kleene(bad_hub, pc.invert(pc.equal(pc.utf8_trim_whitespace(source), "")))  # "missing source" says it
     flag(bad_hub, lambda i: f"invalid repo id {sources[i]!r} (hub ids are 'name' or 'org/name' without '..' or '--')")
     folders = {s: os.path.isdir(s) for s in resolved.values() if s is not None and _looks_local(s)}
     missing_dir = [s in folders and not folders[s] for s in sources]
@@ -365,32 +366,51 @@ def write_manifest(rows: list[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, list[str]]:
-    """Build a manifest of hub ids from a CSV with ``model_id``, ``task`` and ``library`` columns.
+# CSV columns copied as they are into the manifest column of the same name (a CSV's own "source" column, where it has
+# one, says where the id was found, not what to convert: the id is ``model_id``).
+_CSV_COLUMNS = ("revision", "exporter", "optimize")
 
-    Returns the number of rows written and why the others were dropped (unknown
-    task, invalid id, duplicate); tags carry the library, ``tiny`` for test models and
-    ``model_type:<type>`` where the CSV has a ``model_type`` column.
+
+def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, list[str]]:
+    """Build a manifest of hub ids from a CSV with a ``model_id`` column and optional ``task``, ``library``,
+    ``revision``, ``exporter``, ``optimize`` and ``model_type`` columns.
+
+    Returns the number of rows written and why the others were dropped: every check ``manifest
+    validate`` makes (invalid id, unknown task or exporter, a revision for a local folder...) and
+    duplicates, each named by its CSV row (the header is row 0). Tags carry the library, ``tiny``
+    for test models and ``model_type:<type>`` where the CSV has a ``model_type`` column.
     """
     import csv
 
     rows: list[dict[str, Any]] = []
+    numbers: list[int] = []  # the CSV row of each of rows
     dropped: list[str] = []
-    seen: set[tuple[str, str | None]] = set()
+    seen: dict[tuple[str, ...], int] = {}
     with open(csv_path, newline="") as f:
-        for n, rec in enumerate(csv.DictReader(f), start=1):
-            source, task = rec["model_id"].strip(), (rec.get("task") or "").strip() or None
-            if (source, task) in seen:
-                dropped.append(f"csv row {n}: duplicate {source} {task}")
+        reader = csv.DictReader(f)
+        if "model_id" not in (reader.fieldnames or ()):
+            raise ManifestError(f"{csv_path}: no model_id column (its header: {', '.join(reader.fieldnames or ()) or 'empty'})")
+        for n, rec in enumerate(reader, start=1):
+            text = {k: (rec.get(k) or "").strip() or None for k in ("model_id", "task", *_CSV_COLUMNS)}
+            key = tuple(v or "" for v in text.values())
+            if key in seen:
+                dropped.append(f"csv row {n}: duplicate of csv row {seen[key]} ({text['model_id']} {text['task'] or ''})".rstrip())
                 continue
-            if task is not None and task not in TASKS and task.removesuffix(_WITH_PAST) not in TASKS:
-                dropped.append(f"csv row {n}: {source}: task {task!r} is not an optimum task")
-                continue
-            seen.add((source, task))
+            seen[key] = n
             # the model type as the zoo tags it, for `manifest coverage` (a hub row has no config.json to read)
             model_type = (rec.get("model_type") or "").strip()
             tiny = "tiny" if rec.get("tiny_test_model") == "1" else None
             tags = [t for t in (rec.get("library"), tiny, f"model_type:{model_type}" if model_type else None) if t]
-            rows.append({"source": source, "task": task, "tags": tags})
+            rows.append({"source": text["model_id"], "task": text["task"], "tags": tags,
+                         **{k: text[k] for k in _CSV_COLUMNS}})  # fmt: skip
+            numbers.append(n)
+    if rows:  # the manifest's own checks, row by row: a bad row is dropped here, not found by the run
+        schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
+        table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=schema)
+        # a relative folder is the written manifest's neighbour, as read_manifest will resolve it
+        checked = validate_table(table, base_dir=Path(out_path).parent.resolve(), path=Path(csv_path))
+        bad = {p.row: p.reason for p in checked.problems if p.row is not None}
+        dropped.extend(f"csv row {numbers[i - 1]}: {reason}" for i, reason in sorted(bad.items()))
+        rows = [row for i, row in enumerate(rows, start=1) if i not in bad]
     write_manifest(rows, out_path)
-    return len(rows), dropped
+    return len(rows), sorted(dropped, key=lambda d: int(d.split()[2].rstrip(":")))
