@@ -86,9 +86,21 @@ def test_a_wrong_shape_is_a_failure_whatever_the_overlapping_values(tmp_path: Pa
     assert check.mismatch == "shape 0x4 from the target, 2x4 in PyTorch"
 
 
-def test_no_reference_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="has no saved reference"):
+def test_no_reference_is_a_clear_error_that_says_what_the_folder_is(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="has no saved reference .*: it is not an artifact folder"):
         reference.load(tmp_path)
+    old = tmp_path / "old"  # an artifact folder from before references were saved
+    (old / "onnx").mkdir(parents=True)
+    (old / "onnx" / "model.onnx").write_bytes(b"")
+    with pytest.raises(ValueError, match="converted before references were saved"):
+        reference.load(old)
+    job = tmp_path / "out" / "zoo__bert" / "optimum-opsetdefault-1234"  # what convert --out OUT makes
+    job.mkdir(parents=True)
+    reference.save(job, [("model", "2x4", False, {}, {"logits": np.zeros((2, 4), np.float32)}, {})],
+                   {"fp32": Tolerance(1e-4, 0.9999)})  # fmt: skip
+    for given in (tmp_path / "out", tmp_path / "out" / "zoo__bert"):  # the --out folder, or the model's: name the job's
+        with pytest.raises(ValueError, match=f"name the artifact folders under it, such as {job}$"):
+            reference.load(given)
 
 
 def test_a_scalar_input_is_saved_as_a_scalar(tmp_path: Path) -> None:

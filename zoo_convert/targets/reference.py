@@ -180,12 +180,24 @@ def exists(folder: Path) -> bool:
     return (Path(folder) / FOLDER / MANIFEST).is_file()
 
 
+def _why_none(folder: Path) -> str:
+    """What a folder without a reference is: a conversion's parent folder (``--out``), an older artifact folder, or
+    no artifact folder at all."""
+    inside = sorted(p.parent.parent for p in folder.glob(f"*/*/{FOLDER}/{MANIFEST}"))[:3] or sorted(
+        p.parent.parent for p in folder.glob(f"*/{FOLDER}/{MANIFEST}"))[:3]  # fmt: skip
+    if inside:
+        return "name the artifact folders under it, such as " + ", ".join(str(p) for p in inside)
+    if any(folder.glob("onnx/*.onnx")) or any(folder.glob("*.onnx")):
+        return "it was converted before references were saved"
+    return "it is not an artifact folder (no ONNX model in it)"
+
+
 def load(folder: Path) -> Reference:
     """The saved reference of an artifact folder; ValueError when there is none or it is not this format."""
     folder = Path(folder)
     path = folder / FOLDER / MANIFEST
     if not path.is_file():
-        raise ValueError(f"{folder} has no saved reference ({FOLDER}/{MANIFEST}): it was converted before references were saved")
+        raise ValueError(f"{folder} has no saved reference ({FOLDER}/{MANIFEST}): {_why_none(folder)}")
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ValueError(f"{path} is not a {FORMAT} v{VERSION} manifest")
