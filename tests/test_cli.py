@@ -76,6 +76,12 @@ def test_bad_usage_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and re.search(r"unknown variant", proc.stderr)
 
 
+def test_convert_refuses_a_task_optimum_has_not_before_fetching(tmp_path: Path) -> None:
+    code, out, _ = _invoke("convert", "org/model", "--out", str(tmp_path / "o"), "--task", "fill-masks")
+    assert code == 2 and "'--task': 'fill-masks' is not an optimum task" in out, out
+    assert not (tmp_path / "o").exists()  # nothing fetched, no folder claimed
+
+
 @pytest.mark.slow
 def test_convert_no_optimize_no_benchmark_says_latency_was_not_measured(zoo_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(

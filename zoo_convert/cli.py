@@ -235,9 +235,18 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
     return governing(LocalGovernor(HubLimits(api=requests_per_5min, resolvers=downloads_per_5min)))
 
 
+def _known_task(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An optimum task name (a manifest's task column's check), refused before anything is fetched."""
+    from .manifest import TASKS
+
+    if value is not None and value not in TASKS and value.removesuffix("-with-past") not in TASKS:
+        raise click.BadParameter(f"{value!r} is not an optimum task (e.g. fill-mask, text-generation-with-past)")
+    return value
+
+
 @cli.command()
 @click.argument("source")
-@click.option("--task", help="optimum task name; inferred from config.architectures when omitted.")
+@click.option("--task", callback=_known_task, help="optimum task name; inferred from config.architectures when omitted.")
 @click.option("--revision", help="hub branch, tag or commit sha.")
 @click.option("--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), help="ONNX opset; the exporter's default when omitted.")
 @click.option("--exporter", type=click.Choice(EXPORTERS), default="optimum", show_default=True)
