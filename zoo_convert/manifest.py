@@ -359,11 +359,14 @@ def write_manifest(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Write rows (dicts keyed by :data:`SCHEMA` column names; absent keys are null) as a manifest."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(_table(rows), path)
+    return path
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
     # nullable: a writer may produce bad rows on purpose (tests); read_manifest reports them
     schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
-    table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=schema)
-    pq.write_table(table, path)
-    return path
+    return pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=schema)
 
 
 # CSV columns copied as they are into the manifest column of the same name (a CSV's own "source" column, where it has
@@ -384,7 +387,7 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
 
     rows: list[dict[str, Any]] = []
     numbers: list[int] = []  # the CSV row of each of rows
-    dropped: list[str] = []
+    dropped: list[tuple[int, str]] = []
     seen: dict[tuple[str, ...], int] = {}
     with open(csv_path, newline="") as f:
         reader = csv.DictReader(f)
@@ -394,7 +397,7 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
             text = {k: (rec.get(k) or "").strip() or None for k in ("model_id", "task", *_CSV_COLUMNS)}
             key = tuple(v or "" for v in text.values())
             if key in seen:
-                dropped.append(f"csv row {n}: duplicate of csv row {seen[key]} ({text['model_id']} {text['task'] or ''})".rstrip())
+                dropped.append((n, f"duplicate of csv row {seen[key]} ({text['model_id']} {text['task'] or ''})".rstrip()))
                 continue
             seen[key] = n
             # the model type as the zoo tags it, for `manifest coverage` (a hub row has no config.json to read)
@@ -405,12 +408,10 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
                          **{k: text[k] for k in _CSV_COLUMNS}})  # fmt: skip
             numbers.append(n)
     if rows:  # the manifest's own checks, row by row: a bad row is dropped here, not found by the run
-        schema = pa.schema([f.with_nullable(True) for f in SCHEMA])
-        table = pa.Table.from_pylist([{name: row.get(name) for name in SCHEMA.names} for row in rows], schema=schema)
         # a relative folder is the written manifest's neighbour, as read_manifest will resolve it
-        checked = validate_table(table, base_dir=Path(out_path).parent.resolve(), path=Path(csv_path))
+        checked = validate_table(_table(rows), base_dir=Path(out_path).parent.resolve(), path=Path(csv_path))
         bad = {p.row: p.reason for p in checked.problems if p.row is not None}
-        dropped.extend(f"csv row {numbers[i - 1]}: {reason}" for i, reason in sorted(bad.items()))
+        dropped.extend((numbers[i - 1], reason) for i, reason in bad.items())
         rows = [row for i, row in enumerate(rows, start=1) if i not in bad]
     write_manifest(rows, out_path)
-    return len(rows), sorted(dropped, key=lambda d: int(d.split()[2].rstrip(":")))
+    return len(rows), [f"csv row {n}: {reason}" for n, reason in sorted(dropped)]
