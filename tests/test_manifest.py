@@ -192,3 +192,7 @@ def test_from_csv_keeps_revisions_and_drops_what_validate_would_refuse(tmp_path:
     res = CliRunner().invoke(cli, ["manifest", "from-csv", str(tmp_path / "nohead.csv"), str(tmp_path / "n.parquet")])
     assert res.exit_code == 2 and "no model_id column (its header: id, task)" in res.output
     assert not (tmp_path / "n.parquet").exists()
+    (tmp_path / "bad.csv").write_text("model_id\nbad id\n\n")
+    res = CliRunner().invoke(cli, ["manifest", "from-csv", str(tmp_path / "bad.csv"), str(tmp_path / "b.parquet")])
+    assert res.exit_code == 2 and "no row could be used (1 dropped: csv row 1: invalid repo id 'bad id'" in res.output
+    assert not (tmp_path / "b.parquet").exists()  # a manifest every run would refuse is not written

@@ -795,7 +795,7 @@ def manifest_from_csv(csv_path: str, out_path: str) -> None:
     """Build a manifest of hub ids from a CSV of model_id and, where it has them, task, revision, library.
 
     Every row gets the checks `manifest validate` makes (and duplicates): a row that fails one is
-    dropped, said on stderr with its CSV row number, never written. Also copied where present:
+    dropped, said on stderr with its CSV row number, never written (none usable: exit 2, no file). Also copied where present:
     exporter, optimize; model_type becomes a model_type: tag (for `manifest coverage`).
 
     Example:

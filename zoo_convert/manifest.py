@@ -413,5 +413,9 @@ def manifest_from_csv(csv_path: str | Path, out_path: str | Path) -> tuple[int, 
         bad = {p.row: p.reason for p in checked.problems if p.row is not None}
         dropped.extend((numbers[i - 1], reason) for i, reason in bad.items())
         rows = [row for i, row in enumerate(rows, start=1) if i not in bad]
+    said = [f"csv row {n}: {reason}" for n, reason in sorted(dropped)]
+    if not rows:  # a manifest without rows is one every run refuses: none is written
+        raise ManifestError(f"{csv_path}: no row could be used ({len(said)} dropped: {'; '.join(said[:3])}"
+                            f"{' ...' if len(said) > 3 else ''}); nothing written")  # fmt: skip
     write_manifest(rows, out_path)
-    return len(rows), [f"csv row {n}: {reason}" for n, reason in sorted(dropped)]
+    return len(rows), said
