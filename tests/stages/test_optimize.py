@@ -350,7 +350,8 @@ def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) 
     fp32 = artifacts["fp32"].details["components"]
     assert fp32["encoder_model"]["method"] == "transformers_optimizer"
     assert fp32["decoder_model_merged"]["method"] == "ort_offline"
-    assert "fused nothing" in fp32["decoder_model_merged"]["note"]
+    # ... without a try of the fuser first: it matches nothing in the If branches (a graph made for nothing)
+    assert "not tried" in fp32["decoder_model_merged"]["note"]
     # ORT's converter cannot type ORT-optimized If branches; fp16 from the plain export must
     # leave every output float32 and close to it, in both branches.
     assert artifacts["fp16"].details["components"]["decoder_model_merged"]["source"] == "plain export"
