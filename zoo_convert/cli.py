@@ -237,9 +237,9 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 
 def _known_task(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An optimum task name (a manifest's task column's check), refused before anything is fetched."""
-    from .manifest import TASKS
+    from .manifest import is_task
 
-    if value is not None and value not in TASKS and value.removesuffix("-with-past") not in TASKS:
+    if value is not None and not is_task(value):
         raise click.BadParameter(f"{value!r} is not an optimum task (e.g. fill-mask, text-generation-with-past)")
     return value
 

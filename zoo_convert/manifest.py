@@ -81,6 +81,11 @@ TASKS = frozenset(
 )  # fmt: skip
 _WITH_PAST = "-with-past"
 
+
+def is_task(name: str) -> bool:
+    """Whether optimum knows the task, with or without ``-with-past`` (``validate_table``'s task check, for one name)."""
+    return name in TASKS or name.removesuffix(_WITH_PAST) in TASKS
+
 _PATH_PREFIXES = ("/", "./", "../", "~")
 
 

@@ -333,6 +333,24 @@ def test_unknown_model_type_falls_back_to_ort_offline(exports, tmp_path: Path) -
     assert _census(artifacts["int8"].files["model"])["ConvInteger"] > 0
 
 
+def test_a_top_level_if_that_is_no_merged_decoder_still_gets_the_fuser(tmp_path: Path) -> None:
+    """deberta's export has a top-level If of its own (no use_cache_branch): its layers are outside it and fuse."""
+    import torch
+    from transformers import DebertaConfig, DebertaModel
+
+    torch.manual_seed(0)
+    # relative attention with both position terms, as the zoo's deberta: what puts the If in its graph
+    model = DebertaModel(DebertaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                       intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+                                       pos_att_type=["c2p", "p2c"], type_vocab_size=0))  # fmt: skip
+    src = _export(tmp_path / "src", "deberta", model, "feature-extraction")
+    exported = _exported(src, tmp_path / "job")
+    assert any(n.op_type == "If" for n in onnx.load(str(exported.components[0].path), load_external_data=False).graph.node)
+    fp32 = optimize(exported, ("fp32",), Settings())["fp32"].details["components"]["model"]
+    assert (fp32["method"], fp32["optimizer_model_type"]) == ("transformers_optimizer", "bert"), fp32
+    assert fp32["fused_ops"]["SkipLayerNormalization"] > 0 and "note" not in fp32
+
+
 @pytest.mark.slow
 def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) -> None:
     exported = _exported(exports["t5"], tmp_path, ("encoder_model", "decoder_model_merged"))

@@ -557,10 +557,11 @@ def _fp32(
         candidates.append(("ort_basic", "ORT basic optimization", lambda out: _ort_offline(plain, out, external, basic=True)))
     elif fusion_type is None:
         notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
-    elif _merged(component):
+    elif _merged_decoder(component):
         # Its layers live in the If branches, where the fusers match nothing: on every merged decoder of the zoo
         # that has a fuser (bart, marian, mbart: it fails; t5, whisper: fused nothing). Trying cost whisper-tiny's
-        # decoder 2 s of a 29 s fp32 job at real size, for a graph thrown away.
+        # decoder 2 s of a 29 s fp32 job at real size, for a graph thrown away. (A top-level If alone says nothing:
+        # deberta's graph has one, and its layers outside it fuse.)
         notes.append(f"transformers optimizer ({fusion_type}) not tried: its fusions find nothing in a merged decoder's If branches")
     else:
         opt_level = FUSION_OPT_LEVEL.get(fusion_type, 0)
@@ -757,16 +758,22 @@ def _fp16(
     return _Made(out, retried, _verified(exported, component, "fp16", out, settings, check))
 
 
-_MERGED_NOTE = "ORT's float16 converter leaves an optimized merged decoder's If outputs float: converted the plain export"
+_MERGED_NOTE = "ORT's float16 converter leaves an optimized graph's top-level If outputs float: converted the plain export"
 
 
 def _merged(component: Component) -> bool:
-    """Whether the component is a merged decoder (a top-level ``If`` on ``use_cache_branch``).
+    """Whether the component has a top-level ``If``: a merged decoder's on ``use_cache_branch``, or one the model
+    computes (deberta's); either way its branch outputs need what fp16 and the checks do for them.
 
     Read on the plain export's weightless graph the job holds: its fp32 graph keeps the
     ``If``, but written inline it would be parsed whole (a ViT-Base: 0.35 GB, 0.3 s) to see it.
     """
     return any(node.op_type == "If" for node in component.graph.graph.node)
+
+
+def _merged_decoder(component: Component) -> bool:
+    """Whether the component is optimum's merged decoder: it takes ``use_cache_branch``, its ``If``'s condition."""
+    return any(i.name == "use_cache_branch" for i in component.graph.graph.input)
 
 
 def _save_fp16(source: Path, out: Path, external: bool) -> int:
