@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.records import ConversionResult, OutputCheck, VariantResult
 from zoo_convert.store import ResultStore
 

@@ -48,10 +48,13 @@ def test_every_command_has_an_example_in_its_help() -> None:
 def test_convert_prints_a_summary_and_writes_the_record(minilm_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [EXE, "convert", str(minilm_dir), "--out", str(tmp_path), "--variants", "fp32"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "PASSED" in proc.stdout and "fp32" in proc.stdout
+    # Nothing of the farm's: DuckDB and pyarrow were 80 MB of a real-size job's peak (and 0.1 s), Ray is more.
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" in imported and not imported & {"duckdb", "pyarrow", "ray"}, sorted(imported & {"duckdb", "pyarrow", "ray"})
     record = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert record["status"] == "passed" and record["variants"][0]["max_abs"] <= 1e-4
     # One model on this machine uses its CPUs, as optimum-cli does (a farm job: 1), and says so.

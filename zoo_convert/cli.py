@@ -54,6 +54,7 @@ from .records import (
     VARIANTS,
     ManifestEntry,
     Settings,
+    is_task,
 )
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -237,8 +238,6 @@ def _hub_budget(requests_per_5min: int, downloads_per_5min: int = HubLimits.reso
 
 def _known_task(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An optimum task name (a manifest's task column's check), refused before anything is fetched."""
-    from .manifest import is_task
-
     if value is not None and not is_task(value):
         raise click.BadParameter(f"{value!r} is not an optimum task (e.g. fill-mask, text-generation-with-past)")
     return value
@@ -516,7 +515,7 @@ def dashboard(db_path: str, out_dir: str, serve_it: bool, port: int) -> None:
     \b
         zoo-convert dashboard --db build/demo/results.duckdb --out build/demo/site --serve
     """
-    from .dashboard import build_site, serve
+    from .dashboard.site import build_site, serve
 
     index = build_site(db_path, out_dir)
     click.echo(f"wrote {index}")

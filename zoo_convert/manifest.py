@@ -33,7 +33,9 @@ from .records import (
     MIN_OPSET,
     OPTIMIZATION_LEVELS,
     TARGETS,
+    TASKS,
     VARIANTS,
+    WITH_PAST,
     ManifestEntry,
 )
 from .sources import HUB_ID_FORBIDDEN, HUB_ID_FORBIDDEN_SUFFIX, HUB_ID_PATTERN
@@ -58,33 +60,6 @@ SCHEMA = pa.schema(
     ]
 )
 REQUIRED = ("source",)
-
-# optimum 2.1 TasksManager.get_all_tasks() plus its _SYNONYM_TASK_MAP keys, frozen here so
-# validating a manifest never imports torch; tests/test_manifest.py checks it against TasksManager.
-TASKS = frozenset(
-    {
-        "audio-classification", "audio-frame-classification", "audio-xvector", "automatic-speech-recognition",
-        "depth-estimation", "document-question-answering", "feature-extraction", "fill-mask",
-        "image-classification", "image-segmentation", "image-text-to-text", "image-to-image", "image-to-text",
-        "inpainting", "keypoint-detection", "mask-generation", "masked-im", "multiple-choice", "object-detection",
-        "question-answering", "reinforcement-learning", "semantic-segmentation", "sentence-similarity",
-        "text-classification", "text-generation", "text-to-audio", "text-to-image", "text2text-generation",
-        "time-series-forecasting", "token-classification", "visual-question-answering",
-        "zero-shot-image-classification", "zero-shot-object-detection",
-        # synonyms
-        "audio-ctc", "causal-lm", "causal-lm-with-past", "default", "default-with-past", "image-feature-extraction",
-        "latent-consistency", "masked-lm", "pretraining", "seq2seq-lm", "seq2seq-lm-with-past",
-        "sequence-classification", "speech2seq-lm", "speech2seq-lm-with-past", "stable-diffusion",
-        "stable-diffusion-xl", "summarization", "text-to-speech", "translation", "vision2seq-lm",
-        "zero-shot-classification",
-    }
-)  # fmt: skip
-_WITH_PAST = "-with-past"
-
-
-def is_task(name: str) -> bool:
-    """Whether optimum knows the task, with or without ``-with-past`` (``validate_table``'s task check, for one name)."""
-    return name in TASKS or name.removesuffix(_WITH_PAST) in TASKS
 
 _PATH_PREFIXES = ("/", "./", "../", "~")
 
@@ -187,7 +162,7 @@ def validate_table(table: pa.Table, *, base_dir: Path, path: Path = Path("<table
 
     task = col("task")
     known = pc.or_kleene(pc.is_in(task, value_set=pa.array(sorted(TASKS))), pc.is_null(task))
-    stripped = pc.replace_substring_regex(task, _WITH_PAST + "$", "")
+    stripped = pc.replace_substring_regex(task, WITH_PAST + "$", "")
     known = pc.or_kleene(known, pc.is_in(stripped, value_set=pa.array(sorted(TASKS))))
     flag(pc.invert(known), lambda i: f"unknown task {task[i].as_py()!r}")
 

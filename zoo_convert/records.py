@@ -47,6 +47,34 @@ SHAPE_OPTIONS = ("batch_size", "sequence_length", "num_choices", "height", "widt
 # ``subfolder="onnx/standard"`` finds them.
 STANDARD_FOLDER = "standard"
 
+# optimum 2.1 TasksManager.get_all_tasks() plus its _SYNONYM_TASK_MAP keys, frozen here so validating a manifest never
+# imports torch (nor convert's --task check pyarrow); tests/test_manifest.py checks it against TasksManager.
+TASKS = frozenset(
+    {
+        "audio-classification", "audio-frame-classification", "audio-xvector", "automatic-speech-recognition",
+        "depth-estimation", "document-question-answering", "feature-extraction", "fill-mask",
+        "image-classification", "image-segmentation", "image-text-to-text", "image-to-image", "image-to-text",
+        "inpainting", "keypoint-detection", "mask-generation", "masked-im", "multiple-choice", "object-detection",
+        "question-answering", "reinforcement-learning", "semantic-segmentation", "sentence-similarity",
+        "text-classification", "text-generation", "text-to-audio", "text-to-image", "text2text-generation",
+        "time-series-forecasting", "token-classification", "visual-question-answering",
+        "zero-shot-image-classification", "zero-shot-object-detection",
+        # synonyms
+        "audio-ctc", "causal-lm", "causal-lm-with-past", "default", "default-with-past", "image-feature-extraction",
+        "latent-consistency", "masked-lm", "pretraining", "seq2seq-lm", "seq2seq-lm-with-past",
+        "sequence-classification", "speech2seq-lm", "speech2seq-lm-with-past", "stable-diffusion",
+        "stable-diffusion-xl", "summarization", "text-to-speech", "translation", "vision2seq-lm",
+        "zero-shot-classification",
+    }
+)  # fmt: skip
+WITH_PAST = "-with-past"
+
+
+def is_task(name: str) -> bool:
+    """Whether optimum knows the task, with or without ``-with-past`` (the manifest's task check, for one name: ``convert --task``)."""
+    return name in TASKS or name.removesuffix(WITH_PAST) in TASKS
+
+
 
 def variant_files(component: str, variant: str) -> tuple[str, ...]:
     """The names one component's graph has in one variant under onnx/, the recorded one first.

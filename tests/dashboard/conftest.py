@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 from chrome import Chrome, chromium_binary  # noqa: E402
 from synthetic import VERSIONS, fill, good, result, variant  # noqa: E402
 
-from zoo_convert.dashboard import build_site, serve  # noqa: E402
+from zoo_convert.dashboard.site import build_site, serve  # noqa: E402
 from zoo_convert.records import ManifestEntry, Settings  # noqa: E402
 from zoo_convert.store import ResultStore  # noqa: E402
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from chrome import Chrome
 from synthetic import variant
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.records import ConversionResult
 from zoo_convert.store import ResultStore
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from chrome import Chrome
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.records import ManifestEntry, Settings
 from zoo_convert.store import ResultStore
 

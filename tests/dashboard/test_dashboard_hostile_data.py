@@ -9,7 +9,7 @@ import pytest
 from chrome import Chrome
 from synthetic import VERSIONS, good, result
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.store import ResultStore
 
 # Each one broke or hijacked the page when the data was a JS literal filled in before the other markers.

@@ -9,7 +9,7 @@ import pytest
 from chrome import Chrome
 from synthetic import good, result
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.store import ResultStore
 
 WHY = "inconclusive: PyTorch's logits is all zero at every verify input (1x7, 3x19), so matching it proves nothing"

@@ -11,7 +11,7 @@ import pytest
 from chrome import Chrome
 from synthetic import variant
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.records import ConversionResult
 from zoo_convert.store import ResultStore
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from chrome import Chrome
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.store import ResultStore
 from zoo_convert.store.queries import query
 

@@ -14,7 +14,7 @@ import pytest
 from chrome import Chrome
 from synthetic import VERSIONS, good, result
 
-from zoo_convert.dashboard import build_site
+from zoo_convert.dashboard.site import build_site
 from zoo_convert.store import ResultStore
 
 ROWS = "[...document.querySelectorAll('#models tbody tr')]"

@@ -72,7 +72,7 @@ def test_the_package_runs_on_the_oldest_allowed_duckdb(oldest_duckdb: Path, tmp_
     out = _run_with(oldest_duckdb, f"""
         import json, duckdb
         from synthetic import fill
-        from zoo_convert.dashboard import build_site
+        from zoo_convert.dashboard.site import build_site
         from zoo_convert.store import ResultStore
         from zoo_convert.store.queries import regressions, status
         fill({str(tmp_path / "results.duckdb")!r})

@@ -1,5 +1,5 @@
-"""The static dashboard: DuckDB queries (data.py) rendered into an offline site (site.py, assets/)."""
+"""The static dashboard: DuckDB queries (data.py) rendered into an offline site (site.py, assets/); report.py, the
+terminal's summary of one result.
 
-from .site import build_site, serve
-
-__all__ = ["build_site", "serve"]
+Nothing is imported here: ``convert`` prints its summary with report.py and must not load DuckDB for it.
+"""
