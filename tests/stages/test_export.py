@@ -425,3 +425,34 @@ def test_a_pickle_the_safe_loader_refuses_is_named_unsafe_not_a_missing_tensorfl
     assert result.message.startswith("pytorch_model.bin: refused as unsafe by torch's weights-only loader"), result.message
     assert "GLOBAL builtins.print" in result.message or "GLOBAL print" in result.message
     assert "the payload ran" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_dynamic_axes_are_fixed_where_optimum_would_fix_them_asked_without_a_session(
+    zoo_dir: Path, checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # optimum opens each exported graph in a session to find output axes to fix (0.9 s of bert-base's export at real
+    # size); ours reads the graph's outputs. For every graph of an encoder-decoder (its decoder without past is the
+    # one with an axis to fix), both answers must agree.
+    import onnxruntime as ort
+
+    from zoo_convert.stages import export as export_stage
+
+    asked: list[tuple[str, bool, bool]] = []
+    ours = export_stage._axes_to_fix
+
+    def compared(config, path: Path) -> bool:
+        allowed = {axis for axes in (*config.inputs.values(), *config.outputs.values()) for axis in axes.values()}
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        theirs = any(isinstance(a, str) and a not in allowed for out in session.get_outputs() for a in out.shape)
+        asked.append((path.name, ours(config, path), theirs))
+        return asked[-1][1]
+
+    monkeypatch.setattr(export_stage, "_axes_to_fix", compared)
+    ckpt = checkpoint(zoo_dir / "bart", "text2text-generation-with-past")
+    export(ckpt, ManifestEntry(source=str(ckpt.path)), Settings(), tmp_path / "bart")
+    assert [name for name, _, _ in asked] == ["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"]
+    assert all(mine == theirs for _, mine, theirs in asked), asked
+    assert [name for name, mine, _ in asked if mine] == ["decoder_model.onnx"]
