@@ -408,6 +408,25 @@ def test_variants_made_side_by_side_are_the_graphs_made_one_at_a_time(exports, t
         assert [p.get("method") for p in parts[1].values()] == [p.get("method") for p in parts[2].values()]
 
 
+def test_an_fp32_job_with_a_cpu_to_spare_makes_the_next_components_graph_ahead(exports, tmp_path: Path) -> None:
+    """fp32 alone on two threads is one child at a time per component: the decoder's first candidate is made beside
+    the encoder's children, and it is the graph made in its turn (a bug would put it where fp32 does not look, or
+    keep another method's)."""
+    names = ("encoder_model", "decoder_model_merged")
+    made = {}
+    for threads in (1, 2):
+        exported = _exported(exports["t5"], tmp_path / f"threads{threads}", names)
+        made[threads] = optimize(exported, ("fp32",), Settings(threads=threads))["fp32"]
+    parts = {t: made[t].details["components"] for t in (1, 2)}
+    assert "made_ahead" not in parts[1]["decoder_model_merged"] and "made_ahead" not in parts[2]["encoder_model"]
+    assert parts[2]["decoder_model_merged"]["made_ahead"] == parts[2]["decoder_model_merged"]["method"] == "ort_offline"
+    assert [p["method"] for p in parts[1].values()] == [p["method"] for p in parts[2].values()]
+    for comp, path in made[1].files.items():
+        assert _weights(onnx.load(str(path))) == _weights(onnx.load(str(made[2].files[comp])))
+        assert _census(path) == _census(made[2].files[comp])
+    assert not list((tmp_path / "threads2").rglob(".optimize-*")), "the scratch folder goes, the graph made ahead with it"
+
+
 def test_forked_children_run_side_by_side_and_each_answers_when_it_is_done() -> None:
     """Children forked from two threads run at once; a quick one's answer does not wait for a slow one's."""
     import threading

@@ -43,7 +43,9 @@ fp32's candidates are each made in one child and checked in another, and fp16 is
 a candidate while it is checked (kept when fp32 keeps that candidate). A job runs as many
 children at once as it has threads (:func:`_lanes`): a farm job one, ``convert`` on a machine
 of its own its CPUs (int8 beside fp32, fp16 beside fp32's check). Components go one after the
-other: a decoder's generation check reads the encoder's variant where it ships.
+other: a decoder's generation check reads the encoder's variant where it ships; where a component's
+children leave a CPU idle (fp32 alone on 2), the next one's first fp32 candidate is made meanwhile (it
+needs nothing of the one before: whisper-tiny's decoder, 0.25 s of a 2.9 s stage at real size).
 
 The export keeps every graph's weights in ``<file>_data`` beside it for the whole job;
 the variants are written the way loaders expect them: weights inside the graph
@@ -176,6 +178,51 @@ class _Made:
     standard: Path | None = None
 
 
+@dataclass
+class _Early:
+    """One component's first fp32 candidate as :func:`_ahead`'s child made it: what it returned or raised, its seconds."""
+
+    method: str
+    outcome: _Candidate | BaseException
+    seconds: float
+
+    def result(self) -> _Candidate:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+def _ahead(exported: ExportedModel, component: Component, settings: Settings, scratch: Path) -> _Early | None:
+    """In a thread: the component's first fp32 candidate, made in a child while the component before it is optimized
+    (where ``_component`` would make it: ``scratch/<component>/fp32/<method>/``); None when it has no candidate."""
+    external = onnx_graph.disk_size(component.path) > settings.external_data_threshold
+    _, _, candidates = _fp32_plan(exported, component, external, settings)
+    if not candidates:
+        return None
+    method, _, build = candidates[0]
+    out = scratch / component.name / "fp32" / method / component.path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        outcome: _Candidate | BaseException = run_forked(functools.partial(build, out), timeout_s=settings.timeout_s)
+    except Exception as exc:  # noqa: BLE001 - raised where _fp32 takes it, as its own child's would be
+        outcome = exc
+    return _Early(method, outcome, time.perf_counter() - t0)
+
+
+def _ahead_of(
+    components: list[Component], at: int, variants: tuple[str, ...], settings: Settings, lanes: int
+) -> Component | None:
+    """The component whose first fp32 candidate is made while ``components[at]`` is optimized: the next one, where the
+    job has a CPU that component's children leave idle (an fp32-only job on 2 CPUs: one child at a time) and neither
+    graph is one a child holds alone (over the external-data threshold)."""
+    if at + 1 >= len(components) or lanes >= settings.threads or "fp32" not in _first(variants):
+        return None
+    if _alone(components[at].path, settings) or _alone(components[at + 1].path, settings):
+        return None
+    return components[at + 1]
+
+
 def optimize(
     exported: ExportedModel,
     variants: tuple[str, ...],
@@ -193,17 +240,28 @@ def optimize(
     ``check`` (verify's ONNX Runtime side, ``verify.check``: no stage imports another) runs on
     each graph in the child that made it once the job's PyTorch references are computed;
     without it, or before them, each graph is only loaded in ONNX Runtime.
+
+    Where a component's children leave a CPU idle, the next component's first fp32 candidate is made meanwhile
+    (:func:`_ahead_of`): whisper-tiny's decoder graph, made while the encoder's is fused and checked.
     """
     artifacts = {v: Artifact(variant=v, files={}, details={"components": {}}) for v in variants}
     # Scratch on the artifacts' file system, so placing a variant is a rename.
-    with tempfile.TemporaryDirectory(dir=exported.out_dir, prefix=".optimize-") as scratch:
+    with tempfile.TemporaryDirectory(dir=exported.out_dir, prefix=".optimize-") as folder, \
+            ThreadPoolExecutor(1, "ahead") as ahead:  # fmt: skip
+        scratch = Path(folder)
+        components = list(exported.components)
+        early: Future[_Early | None] | None = None  # this component's first fp32 candidate, made ahead
         # One component after the other: a decoder's generation check encodes its prompt with the encoder's
         # variant where it ships (verify.generation).
-        for component in exported.components:
+        for at, component in enumerate(components):
             lanes = _lanes(settings, _alone(component.path, settings), len(_first(variants)) + ("fp16" in variants))
             lane = replace(settings, threads=max(1, settings.threads // lanes))  # each child's share of the threads
+            made_ahead = early.result() if early is not None else None
+            following = _ahead_of(components, at, variants, settings, lanes)
+            early = ahead.submit(_ahead, exported, following, settings, scratch) if following is not None else None
             with ThreadPoolExecutor(lanes, "variant") as pool:  # the children, ``lanes`` at once
-                made = _component(exported, component, variants, settings, lane, Path(scratch), check, standard, pool)
+                made = _component(exported, component, variants, settings, lane, scratch, check, standard, pool,
+                                  made_ahead)  # fmt: skip
             _place(component, made, variants, settings)
             for variant, part in made.items():
                 part.details["children_at_once"] = lanes  # its seconds ran beside the others' when more than one
@@ -249,6 +307,7 @@ def _component(
     check: Check | None,
     standard: bool,
     pool: ThreadPoolExecutor,
+    early: _Early | None = None,
 ) -> dict[str, _Made]:
     """All variants of one graph, each made in its own child in ``pool`` (on ``lane``'s threads), in scratch.
 
@@ -273,7 +332,7 @@ def _component(
     started: dict[str, Future[_Made]] = {}
     for variant in _first(variants):  # fp32 first: the longest way, through fp16
         if variant == "fp32":
-            started[variant] = pool.submit(_fp32, exported, component, work["fp32"], external, lane, check, fp16_from)
+            started[variant] = pool.submit(_fp32, exported, component, work["fp32"], external, lane, check, fp16_from, early)
         else:
             spec = REGISTRY[variant]
             quantize = functools.partial(maker(spec), plain, work[variant] / final[variant].name, external, **spec.options)
@@ -514,18 +573,17 @@ def _last_line(exc: BaseException) -> str:
 
 def _fp32(
     exported: ExportedModel, component: Component, work: Path, external: bool, settings: Settings, check: Check | None,
-    made_one: Callable[[Path, str], None],
+    made_one: Callable[[Path, str], None], early: _Early | None = None,
 ) -> _Made:
     """The first candidate that loads, runs and matches PyTorch: fusion, ORT offline, the plain export.
 
     Run in the job's process: each candidate is made in one forked child (under ``work/<method>/``) and checked in
     another, and ``made_one(path, method)`` is told of it in between, so fp16 can be made from it while it is
     checked (a candidate that fails its check is one fp16 made for nothing). A child that dies making or checking
-    a candidate fails that candidate only.
+    a candidate fails that candidate only. ``early``: the first candidate, made ahead (:func:`_ahead`).
     """
     plain = component.path
-    model_type = component.model_type or exported.checkpoint.model_type
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() - (early.seconds if early is not None else 0.0)
 
     def checked(path: Path) -> Verified | None:
         return run_forked(lambda: _verified(exported, component, "fp32", path, settings, check), timeout_s=settings.timeout_s)
@@ -536,51 +594,23 @@ def _fp32(
         (work / "none").mkdir(exist_ok=True)
         return run_forked(lambda: _as_final(plain, work / "none" / plain.name, external), timeout_s=settings.timeout_s)
 
-    if not settings.optimize:
+    details, notes, candidates = _fp32_plan(exported, component, external, settings)
+    if not candidates:
         path = as_plain()
         made_one(path, "none")
-        unoptimized = {"model_type": model_type, "method": "none", "fusion_applied": False, "fused_ops": {},
-                       "note": "optimization off (--no-optimize)"}  # fmt: skip
-        return _timed(_Made(path, unoptimized, checked(path)), t0)
+        return _timed(_Made(path, {**details, **_note(notes)}, checked(path)), t0)
     before = onnx_graph.op_census(component.graph.graph)
-    level = settings.optimization
-    fusion_type = FUSION_TYPES.get(model_type) if level != "O1" else None
-    details: dict[str, Any] = {
-        "model_type": model_type,
-        "level": level,
-        "optimizer_model_type": fusion_type,
-        "checked_against_pytorch": check is not None and exported.cache.references_done,
-    }
-    notes: list[str] = []
-    candidates: list[tuple[str, str, Callable[[Path], _Candidate]]] = []
-    if level == "O1":
-        candidates.append(("ort_basic", "ORT basic optimization", lambda out: _ort_offline(plain, out, external, basic=True)))
-    elif fusion_type is None:
-        notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
-    elif _merged_decoder(component):
-        # Its layers live in the If branches, where the fusers match nothing: on every merged decoder of the zoo
-        # that has a fuser (bart, marian, mbart: it fails; t5, whisper: fused nothing). Trying cost whisper-tiny's
-        # decoder 2 s of a 29 s fp32 job at real size, for a graph thrown away. (A top-level If alone says nothing:
-        # deberta's graph has one, and its layers outside it fuse.)
-        notes.append(f"transformers optimizer ({fusion_type}) not tried: its fusions find nothing in a merged decoder's If branches")
-    else:
-        opt_level = FUSION_OPT_LEVEL.get(fusion_type, 0)
-        details["fusion_opt_level"] = opt_level
-        config = _config(exported, component)
-
-        def fused(out: Path) -> _Candidate:
-            step("the transformers optimizer", f"fusing {plain.name}")
-            return _fuse(plain, out, fusion_type, config, external, opt_level, gelu_approximation=level == "O3")
-
-        label = f"transformers optimizer ({fusion_type}{', GELU approximation' if level == 'O3' else ''})"
-        candidates.append(("transformers_optimizer", label, fused))
-    if level != "O1":
-        candidates.append(("ort_offline", "ORT offline optimization", lambda out: _ort_offline(plain, out, external)))
+    details["checked_against_pytorch"] = check is not None and exported.cache.references_done
+    if early is not None:
+        details["made_ahead"] = early.method  # in a child beside the previous component's (its seconds included)
     for method, label, build in candidates:
         out = work / method / plain.name
         out.parent.mkdir(exist_ok=True)
         try:
-            path, census, extra = run_forked(functools.partial(build, out), timeout_s=settings.timeout_s)
+            if early is not None and method == early.method:
+                path, census, extra = early.result()
+            else:
+                path, census, extra = run_forked(functools.partial(build, out), timeout_s=settings.timeout_s)
         except Exception as exc:  # noqa: BLE001 - a broken optimizer falls back to the next candidate
             if is_our_bug(exc) or _internal(exc) or storage_fault(exc) is not None:
                 raise
@@ -605,6 +635,50 @@ def _fp32(
     path = as_plain()
     made_one(path, "none")
     return _timed(_Made(path, {**details, "method": "none", "fusion_applied": False, **_note(notes)}, checked(path)), t0)
+
+
+# One fp32 candidate: (method, label, what makes it at a path); made in a child, in order, until one matches.
+_Maker = tuple[str, str, Callable[[Path], "_Candidate"]]
+
+
+def _fp32_plan(
+    exported: ExportedModel, component: Component, external: bool, settings: Settings
+) -> tuple[dict[str, Any], list[str], list[_Maker]]:
+    """fp32's details so far, its notes, and its candidates in the order they are tried (none: the plain export)."""
+    plain = component.path
+    model_type = component.model_type or exported.checkpoint.model_type
+    if not settings.optimize:
+        unoptimized = {"model_type": model_type, "method": "none", "fusion_applied": False, "fused_ops": {}}
+        return unoptimized, ["optimization off (--no-optimize)"], []
+    level = settings.optimization
+    fusion_type = FUSION_TYPES.get(model_type) if level != "O1" else None
+    details: dict[str, Any] = {"model_type": model_type, "level": level, "optimizer_model_type": fusion_type}
+    notes: list[str] = []
+    candidates: list[_Maker] = []
+    if level == "O1":
+        candidates.append(("ort_basic", "ORT basic optimization", lambda out: _ort_offline(plain, out, external, basic=True)))
+    elif fusion_type is None:
+        notes.append(f"model_type {model_type!r} has no transformers optimizer fuser")
+    elif _merged_decoder(component):
+        # Its layers live in the If branches, where the fusers match nothing: on every merged decoder of the zoo
+        # that has a fuser (bart, marian, mbart: it fails; t5, whisper: fused nothing). Trying cost whisper-tiny's
+        # decoder 2 s of a 29 s fp32 job at real size, for a graph thrown away. (A top-level If alone says nothing:
+        # deberta's graph has one, and its layers outside it fuse.)
+        notes.append(f"transformers optimizer ({fusion_type}) not tried: its fusions find nothing in a merged decoder's If branches")
+    else:
+        opt_level = FUSION_OPT_LEVEL.get(fusion_type, 0)
+        details["fusion_opt_level"] = opt_level
+        config = _config(exported, component)
+
+        def fused(out: Path) -> _Candidate:
+            step("the transformers optimizer", f"fusing {plain.name}")
+            return _fuse(plain, out, fusion_type, config, external, opt_level, gelu_approximation=level == "O3")
+
+        label = f"transformers optimizer ({fusion_type}{', GELU approximation' if level == 'O3' else ''})"
+        candidates.append(("transformers_optimizer", label, fused))
+    if level != "O1":
+        candidates.append(("ort_offline", "ORT offline optimization", lambda out: _ort_offline(plain, out, external)))
+    return details, notes, candidates
 
 
 # A made fp32 candidate: its graph, its op census, and what its maker adds to the variant's details.
