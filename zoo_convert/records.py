@@ -71,9 +71,8 @@ WITH_PAST = "-with-past"
 
 
 def is_task(name: str) -> bool:
-    """Whether optimum knows the task, with or without ``-with-past`` (the manifest's task check, for one name: ``convert --task``)."""
+    """Whether optimum knows the task, with or without ``-with-past`` (the manifest's check, for ``convert --task``)."""
     return name in TASKS or name.removesuffix(WITH_PAST) in TASKS
-
 
 
 def variant_files(component: str, variant: str) -> tuple[str, ...]:

@@ -195,8 +195,7 @@ class _Early:
 def _ahead(exported: ExportedModel, component: Component, settings: Settings, scratch: Path) -> _Early | None:
     """In a thread: the component's first fp32 candidate, made in a child while the component before it is optimized
     (where ``_component`` would make it: ``scratch/<component>/fp32/<method>/``); None when it has no candidate."""
-    external = onnx_graph.disk_size(component.path) > settings.external_data_threshold
-    _, _, candidates = _fp32_plan(exported, component, external, settings)
+    _, _, candidates = _fp32_plan(exported, component, _external(component.path, settings), settings)
     if not candidates:
         return None
     method, _, build = candidates[0]
@@ -315,7 +314,7 @@ def _component(
     it is made (checked meanwhile), kept when that candidate is the one fp32 keeps.
     """
     plain = component.path
-    external = onnx_graph.disk_size(plain) > settings.external_data_threshold
+    external = _external(plain, settings)
     final = _finals(component, variants)
     work = {v: scratch / component.name / v for v in (*variants, "fp32", *(f"{v}-standard" for v in STANDARD_VARIANTS))}
     for folder in work.values():
@@ -379,7 +378,12 @@ def _alone(plain: Path, settings: Settings) -> bool:
     """Whether the plain export ships as it is (a big model's, or one without a data file), and so may be rewritten in
     place by a child (a merged decoder's branch outputs) that others would read meanwhile; and a big graph is one
     each child would hold a copy of."""
-    return onnx_graph.disk_size(plain) > settings.external_data_threshold or not onnx_graph.data_path(plain).exists()
+    return _external(plain, settings) or not onnx_graph.data_path(plain).exists()
+
+
+def _external(plain: Path, settings: Settings) -> bool:
+    """Whether the component's variants ship with their weights in a data file: a graph over the threshold."""
+    return onnx_graph.disk_size(plain) > settings.external_data_threshold
 
 
 def _finals(component: Component, variants: tuple[str, ...]) -> dict[str, Path]:
