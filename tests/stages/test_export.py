@@ -456,3 +456,48 @@ def test_dynamic_axes_are_fixed_where_optimum_would_fix_them_asked_without_a_ses
     assert [name for name, _, _ in asked] == ["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"]
     assert all(mine == theirs for _, mine, theirs in asked), asked
     assert [name for name, mine, _ in asked if mine] == ["decoder_model.onnx"]
+
+
+@pytest.mark.slow
+def test_a_graphs_dynamic_axes_are_fixed_in_a_child_while_the_next_graph_is_exported(
+    zoo_dir: Path, checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bart's decoder without past has output axes optimum fixes; the fix runs in a forked child beside the export of
+    # the decoder with past, and what it wrote is what the merge reads: the merged decoder declares every axis.
+    import os
+
+    from optimum.exporters.onnx.convert import export as export_graph
+
+    from zoo_convert.stages import export as export_stage
+
+    seen = tmp_path / "seen"
+    fix = export_stage._fix_axes
+
+    def noted_fix(config, path: Path, shapes) -> None:
+        with open(seen, "a") as f:
+            f.write(f"fix {path.name} {os.getpid()}\n")
+        fix(config, path, shapes)
+
+    def noted_export(**kwargs) -> object:
+        with open(seen, "a") as f:
+            f.write(f"export {kwargs['output'].name} {os.getpid()}\n")
+        return export_graph(**kwargs)
+
+    monkeypatch.setattr(export_stage, "_fix_axes", noted_fix)
+    monkeypatch.setattr("optimum.exporters.onnx.convert.export", noted_export)
+    ckpt = checkpoint(zoo_dir / "bart", "text2text-generation-with-past")
+    exported = export(ckpt, ManifestEntry(source=str(ckpt.path)), Settings(), tmp_path / "bart")
+    lines = [line.split() for line in seen.read_text().splitlines()]
+    assert [(what, name) for what, name, _ in lines if what == "export"] == [
+        ("export", "encoder_model.onnx"), ("export", "decoder_model.onnx"), ("export", "decoder_with_past_model.onnx")
+    ]  # fmt: skip
+    assert {int(pid) for what, _, pid in lines if what == "export"} == {os.getpid()}
+    fixed = [(name, int(pid)) for what, name, pid in lines if what == "fix"]
+    assert [name for name, _ in fixed] == ["decoder_model.onnx"] and fixed[0][1] != os.getpid()
+    merged = next(c for c in exported.components if c.name == "decoder_model_merged")
+    assert merged.onnx_config is not None
+    declared = {a for axes in (*merged.onnx_config.inputs.values(), *merged.onnx_config.outputs.values())
+                for a in axes.values()}  # fmt: skip
+    graph = onnx.load(str(merged.path), load_external_data=False)
+    named = {d.dim_param for o in graph.graph.output for d in o.type.tensor_type.shape.dim if d.dim_param}
+    assert named and named <= declared, named - declared

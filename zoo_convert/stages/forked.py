@@ -179,6 +179,16 @@ def run_forked(fn: Callable[[], T], *, timeout_s: float) -> T:
     return Parked(fn, timeout_s=timeout_s).result()
 
 
+def start_forked(fn: Callable[[], T], *, timeout_s: float) -> Parked[T]:
+    """``fn()`` in a forked child started now, while the caller goes on: ``.result()`` waits for it (up to ``timeout_s``
+    from then) and answers as :func:`run_forked`; ``.close()`` kills one whose result nobody asked for.
+
+    The export stage fixes a graph's dynamic axes this way while it exports the next graph. Fork from the thread that
+    runs torch, between two of its calls, never beside one: the child inherits no lock a torch op holds.
+    """
+    return Parked(fn, timeout_s=timeout_s, wait=False)
+
+
 def _answer(messages: list[tuple[bytes, bytes]], status: int | None, timeout_s: float) -> Any:
     """What the child's messages say: its result, what it raised re-raised, or how it died (OptimizeError)."""
     last_step = next((body for kind, body in reversed(messages) if kind == _STEP), None)
@@ -210,7 +220,7 @@ class Parked(Generic[T]):
     phase is over. :meth:`close` kills a child nobody asked for its result.
     """
 
-    def __init__(self, fn: Callable[[], T], *, timeout_s: float) -> None:
+    def __init__(self, fn: Callable[[], T], *, timeout_s: float, wait: bool = True) -> None:
         import onnxruntime  # noqa: F401 - imported before the fork, so no child pays for it (nor imports under a fork)
 
         sys.stdout.flush()
@@ -232,7 +242,8 @@ class Parked(Generic[T]):
             os.close(go_write)
             _go_fd = go_read
             _child(fn, write)
-        buffer, state = _until_parked(self.pid, read, timeout_s)
+        # Not waited for (start_forked): as good as parked, it runs on until result() collects it.
+        buffer, state = _until_parked(self.pid, read, timeout_s) if wait else (b"", "parked")
         self.parked = state == "parked"
         self._pipes: tuple[int, int] | None = (read, go_write)
         self._buffer = buffer
