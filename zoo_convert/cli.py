@@ -301,7 +301,7 @@ def convert(
         zoo-convert convert build/demo/zoo/bert --out build/onnx --no-optimize --no-benchmark --optimize O1
     """
     from .dashboard.report import summary
-    from .pipeline import convert_one, quiet_libraries
+    from .pipeline import convert_one, quiet_libraries, toolchain_frozen
 
     quiet_libraries()
 
@@ -328,8 +328,9 @@ def convert(
         targets=targets,
     )
     settings = _with_atol(settings, atol, rtol)
-    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr():
-        result = convert_one(entry, settings)
+    with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr(), \
+            toolchain_frozen() as on_stage:  # fmt: skip
+        result = convert_one(entry, settings, on_stage=on_stage)
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
