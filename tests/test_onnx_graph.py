@@ -221,3 +221,27 @@ def test_contrib_ops_counts_only_ops_outside_the_standard_domains() -> None:
         "g", [], [],
     )  # fmt: skip
     assert onnx_graph.contrib_ops(graph) == {"com.microsoft.FusedMatMul": 1}
+
+
+def test_an_inline_save_streams_the_very_bytes_onnx_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The weights go into the file one by one instead of through one serialized copy of the whole model; a loader
+    # must not tell: the file is byte for byte onnx.save_model's, whatever the tensors hold besides raw_data.
+    model = _merged_like()
+    big = numpy_helper.from_array(np.linspace(0, 1, 3000, dtype=np.float32), "after_doc")
+    big.doc_string = "a field numbered after raw_data"
+    listed = helper.make_tensor("listed", TensorProto.FLOAT, [600], np.ones(600, dtype=np.float32).tolist())  # float_data
+    inner = numpy_helper.from_array(np.full(512, 3.0, dtype=np.float32), "inside_a_branch")
+    model.graph.node[1].attribute[0].g.initializer.append(inner)  # nested: stays in the structure
+    model.graph.initializer.extend([big, listed])
+    expected = tmp_path / "onnx.onnx"
+    onnx.save_model(model, str(expected))
+    onnx_graph.save(model, tmp_path / "ours.onnx", external=False)
+    assert (tmp_path / "ours.onnx").read_bytes() == expected.read_bytes()
+    assert not model.graph.initializer[0].raw_data  # written and discarded: the caller's copy is emptied
+    loaded = onnx.load(str(tmp_path / "ours.onnx"))
+    assert np.array_equal(numpy_helper.to_array(loaded.graph.initializer[2]), np.linspace(0, 1, 3000, dtype=np.float32))
+    # Past the protobuf limit it refuses as onnx does, and writes nothing.
+    monkeypatch.setattr(onnx_graph, "_PROTOBUF_LIMIT", 1000)
+    with pytest.raises(ValueError, match="2 GB limit"):
+        onnx_graph.save(_merged_like(), tmp_path / "big.onnx", external=False)
+    assert not (tmp_path / "big.onnx").exists()
