@@ -81,6 +81,42 @@ def load(path: Path) -> onnx.ModelProto:
     return onnx.load(str(path), load_external_data=False)
 
 
+def structure(path: Path) -> onnx.ModelProto:
+    """A graph file's structure for reading only (ops, names, types): its top-level weights' bytes are not parsed.
+
+    :func:`load` of a graph with its weights inside parses them all (ONNX Runtime's optimized whisper-tiny decoder:
+    0.2 GB, 0.17-0.20 s); here the file is mapped and every top-level initializer's ``raw_data`` is left out at the
+    protobuf wire level (its name, type and dims stay). Nested graphs' initializers are kept whole. Never save it.
+    """
+    unreadable = ""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        buf = memoryview(mapped)
+        try:
+            out = bytearray()
+            for field, wire, start, value, end in _fields(buf, 0, len(buf)):
+                if field != _MODEL_GRAPH or wire != _LEN:
+                    out += buf[start:end]
+                    continue
+                graph = bytearray()
+                for number, kind, begin, inner, stop in _fields(buf, value, end):
+                    if number != _GRAPH_INITIALIZER or kind != _LEN:
+                        graph += buf[begin:stop]
+                        continue
+                    tensor = b"".join(bytes(buf[ts:te]) for tf, _, ts, _, te in _fields(buf, inner, stop)
+                                      if tf != _TENSOR_RAW_DATA)  # fmt: skip
+                    graph += _tag(number, _LEN) + _varint_bytes(len(tensor)) + tensor
+                out += _tag(field, _LEN) + _varint_bytes(len(graph)) + graph
+        except ValueError as exc:  # raised below: its frames would keep views of the map open
+            unreadable = str(exc)
+        finally:
+            buf.release()
+    if unreadable:
+        raise ValueError(f"{path}: not a protobuf onnx can read: {unreadable}")
+    model = onnx.ModelProto()
+    model.ParseFromString(bytes(out))
+    return model
+
+
 def fed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     """The graph inputs a caller feeds (older exporters also list initializers as inputs)."""
     initializers = {t.name for t in graph.initializer}

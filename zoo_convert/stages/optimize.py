@@ -453,7 +453,7 @@ def _contrib_details(path: Path) -> dict[str, dict[str, int]]:
 
 def _contrib(path: Path) -> dict[str, int]:
     """Ops of a written graph outside ONNX's standard domains (ONNX Runtime's fusions), by ``domain.op_type``."""
-    return dict(sorted(onnx_graph.contrib_ops(onnx_graph.load(path).graph).items()))
+    return dict(sorted(onnx_graph.contrib_ops(onnx_graph.structure(path).graph).items()))
 
 
 def _contrib_details_of(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:
@@ -789,7 +789,7 @@ def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False)
     onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
     onnx_graph.read_back(out, "ONNX Runtime's optimizer")  # its C++ writer reports no failed write
-    graph = onnx_graph.load(out).graph
+    graph = onnx_graph.structure(out).graph
     return out, onnx_graph.op_census(graph), _contrib_details_of(graph)
 
 
