@@ -114,6 +114,23 @@ SessionKey = tuple[str, int, tuple[str, ...]]
 CaseKey = tuple[str | tuple[str, int], ...]
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """PyTorch's outputs for one case, computed in a child forked before the export (``RuntimeCache.ahead``).
+
+    Attributes:
+        inputs: a digest of the torch inputs it was fed: used only where the job's own inputs for the case are these.
+        outputs: the outputs the case checks, as the component's config named them then.
+        found: PyTorch's outputs by ONNX output name.
+        again: the second forward's, for a component's first case (whether the model samples); else None.
+    """
+
+    inputs: str
+    outputs: tuple[str, ...]
+    found: dict[str, np.ndarray]
+    again: dict[str, np.ndarray] | None
+
+
 @dataclass
 class RuntimeCache:
     """What one job's verify and benchmark stages share; lives on ``ExportedModel.cache``, never recorded.
@@ -135,6 +152,8 @@ class RuntimeCache:
             held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
             could not be timed, and the load average around it; None when PyTorch is timed with the variants.
         generation: PyTorch's greedy generation (:mod:`zoo_convert.verify.generation`), memoized; None before it ran.
+        ahead: PyTorch's outputs per case and branch, computed beside the export (:func:`zoo_convert.verify.runtime.ahead`).
+        torch_only: this is that child: cases are PyTorch's side alone, into ``ahead`` (no graph exists yet).
     """
 
     sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
@@ -147,6 +166,8 @@ class RuntimeCache:
     unrepeatable: dict[str, tuple[str, ...]] = field(default_factory=dict)
     torch_alone: TorchAlone | None = None
     generation: Any = None
+    ahead: dict[tuple[CaseKey, Branch], Ahead] = field(default_factory=dict)
+    torch_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from .stages.forked import alone_on_node, note_claimed, paused_windows
 from .node import toolchain_versions
 
 if TYPE_CHECKING:
+    from .stages.forked import Parked
     from .stages.target import Pending
 
 # Called with "stage" or "stage[variant]" as each stage starts: the farm's isolation layer
@@ -69,6 +70,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
     run = _Run(entry, on_stage)
     out_dir: Path | None = None
     checked: _TargetRows | None = None
+    ahead = _ReferencesAhead(settings) if settings.threads > 1 else None
     try:
         with run.stage("fetch"):
             ckpt = fetch.fetch(entry, settings)
@@ -80,7 +82,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             )
         with run.stage("export") as details:
             out_dir = claim_artifacts_dir(artifacts_dir(settings, entry, ckpt.resolved_revision))
-            exported = export.export(ckpt, entry, settings, out_dir)
+            exported = export.export(ckpt, entry, settings, out_dir, ahead=ahead.start if ahead else None)
             details.update(files=exported.files, **exported.details)
             run.facts.update(
                 opset=exported.opset,
@@ -97,6 +99,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
             # What the user changed of verify's defaults, in the record: its shapes and the fp32 tolerance.
             fp32 = settings.tolerances["fp32"]
             details.update(shapes=dict(settings.shapes), fp32_max_abs=fp32.max_abs, fp32_rtol=fp32.rtol)
+            if ahead is not None:
+                ahead.into(exported, details)
             missing = _references(exported, settings, details)
         if settings.benchmark and missing is None and benchmark.too_big_to_hold(exported, settings):
             # PyTorch's side now, alone: optimize's children would add each variant's copy to the torch model.
@@ -135,6 +139,8 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
         for comp in exported.components:
             comp.release_torch()
     except Exception as exc:  # noqa: BLE001 - the pipeline's one error boundary
+        if ahead is not None:
+            ahead.close()
         if checked is not None:
             checked.close()
         run.fail(exc)
@@ -164,6 +170,8 @@ def _references(exported: ExportedModel, settings: Settings, details: dict[str, 
         verify.references(exported, settings)
     except Exception as exc:  # noqa: BLE001 - recorded on every variant's verify
         return exc
+    finally:
+        exported.cache.ahead.clear()  # what the child computed and no case asked for
     # Beside the artifacts, for any runtime anywhere (zoo_convert.targets): no PyTorch needed to re-check.
     details["reference_bytes"] = verify.save_references(exported, settings)
     if settings.benchmark:
@@ -174,6 +182,74 @@ def _references(exported: ExportedModel, settings: Settings, details: dict[str, 
     if not settings.benchmark:
         _release_torch(exported)
     return None
+
+
+# The least time the job waits for the references computed beside its export, once the export is done.
+_AHEAD_GRACE_S = 30.0
+
+
+class _ReferencesAhead:
+    """verify's PyTorch forwards computed in a child forked just before the export runs, beside it.
+
+    torch.onnx's export leaves a CPU idle (its tracing and graph passes run on one): on a machine with more
+    than one (``convert``; never a farm job, which runs on one), the child computes the forwards of every
+    verify case on one thread there, and the job's verify takes them (``stages.verify.references_ahead``).
+    A child that failed, crashed or ran out of time costs nothing but its seconds: the job computes the
+    cases itself, as without it. Not for a model over the external-data threshold: its activations beside
+    the export's peak.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.child: Parked[dict[Any, Any]] | None = None
+        self.started = 0.0
+
+    def start(self, early: ExportedModel) -> bool:
+        """Fork the child (export's ``ahead``); whether it runs."""
+        from .stages import verify
+        from .stages.forked import start_forked, step
+
+        settings = self.settings
+        weights = sum(
+            p.numel() * p.element_size()
+            for comp in early.components if comp.torch_module is not None
+            for p in comp.torch_module.parameters()
+        )  # fmt: skip
+        if weights > settings.external_data_threshold or not early.components:
+            return False
+
+        def forwards() -> dict[Any, Any]:
+            import torch
+
+            step("PyTorch", "computing verify's references beside the export")
+            torch.set_num_threads(1)  # see stages.forked: the fork brought no OpenMP pool along
+            return verify.references_ahead(early, settings)
+
+        self.child = start_forked(forwards, timeout_s=settings.timeout_s)
+        self.started = time.monotonic()
+        return True
+
+    def into(self, exported: ExportedModel, details: dict[str, object]) -> None:
+        """The child's outputs into the job's cache, and in the record how many cases it computed (or why none)."""
+        if self.child is None:
+            return
+        # Waited for no longer than it has run already, the export's time: a child held up past that (a fork
+        # that inherited a lock) costs the job no more than its own references would have.
+        self.child.timeout_s = max(_AHEAD_GRACE_S, time.monotonic() - self.started)
+        try:
+            made = self.child.result()
+        except Exception as exc:  # noqa: BLE001 - the job computes the cases itself
+            details["references_ahead"] = f"none: {first_line(exc)}"
+        else:
+            exported.cache.ahead.update(made)
+            details["references_ahead"] = len(made)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
+            self.child = None
 
 
 def _release_torch(exported: ExportedModel) -> None:

@@ -27,13 +27,14 @@ initialised at random would agree with itself and pass.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import shutil
 import stat
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from ..job import ModuleState
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..sources import open_regular, sentence_transformers_files, side_files
 from ..verify import loadable
-from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs
+from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs, torch_threads
 from . import Checkpoint, Component, ExportedModel
 from .forked import Parked, start_forked, step
 
@@ -79,8 +80,16 @@ _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
 _NAMES_SHOWN = 3
 
 
-def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path) -> ExportedModel:
-    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx`` (a diffusers pipeline: its component folders); raise ExportError on failure."""
+def export(
+    ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: Path,
+    *, ahead: Callable[[ExportedModel], bool] | None = None,
+) -> ExportedModel:
+    """Export ``ckpt`` with the entry's exporter into ``out_dir/onnx`` (a diffusers pipeline: its component folders); raise ExportError on failure.
+
+    ``ahead``: called with a provisional ExportedModel (its components' torch modules and OnnxConfigs, no graph yet)
+    just before optimum's exporter runs them, from the thread that runs torch, between two of its calls; it answers
+    whether it started a child that runs beside the export (which then keeps torch to one thread).
+    """
     if entry.opset is not None and not MIN_OPSET <= entry.opset <= MAX_OPSET:
         raise ExportError(f"opset {entry.opset} is outside {MIN_OPSET}..{MAX_OPSET}", kind=FailureKind.EXPORT_UNSUPPORTED)
     if ckpt.library == "diffusers":
@@ -103,7 +112,8 @@ def export(ckpt: Checkpoint, entry: ManifestEntry, settings: Settings, out_dir: 
             if no_config is not None:  # torch or auto: the generic path, built from the model itself
                 components, details = _export_generic(ckpt, task, entry.opset, onnx_dir, no_config)
             elif entry.exporter in ("optimum", "auto"):
-                components, details = _export_optimum(ckpt, task, entry.opset, onnx_dir, settings.timeout_s)
+                early = functools.partial(_provisional, ckpt, Path(out_dir), loaded.tokenizer, ahead) if ahead else None
+                components, details = _export_optimum(ckpt, task, entry.opset, onnx_dir, settings.timeout_s, early)
             else:
                 components, details = _export_torch(ckpt, task, entry.opset, onnx_dir)
     except ExportError:
@@ -518,14 +528,27 @@ def _tokenizer_pad_id(ckpt: Checkpoint) -> int:
     return pad
 
 
+def _provisional(
+    ckpt: Checkpoint, out_dir: Path, tokenizer: Any, ahead: Callable[[ExportedModel], bool], components: list[Component]
+) -> bool:
+    """``ahead`` called with the export about to run: its components, and the tokenizer verify feeds real text with."""
+    early = ExportedModel(ckpt, out_dir, components, opset=0, ir_version=0, node_count=0, op_census={})
+    if tokenizer is not None:
+        early.cache.tokenizer, early.cache.tokenizer_loaded = tokenizer, True
+    return ahead(early)
+
+
 def _export_optimum(
-    ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path, timeout_s: float
+    ckpt: Checkpoint, task: str, opset: int | None, onnx_dir: Path, timeout_s: float,
+    ahead: Callable[[list[Component]], bool] | None = None,
 ) -> tuple[list[Component], dict[str, Any]]:
     """optimum-onnx's submodel split, export and post-processing (decoder merge), keeping the configs.
 
     This is the body of ``onnx_export_from_model`` minus config saving and
     validation: calling the pieces directly is the only way to keep the
-    per-component OnnxConfig that post-processing has adjusted.
+    per-component OnnxConfig that post-processing has adjusted. ``ahead`` gets the
+    components as they are about to be exported (:func:`export`), and says whether a child
+    now runs beside the export.
     """
     from optimum.exporters.onnx.convert import export as export_graph
     from optimum.utils import DEFAULT_DUMMY_SHAPES
@@ -537,21 +560,31 @@ def _export_optimum(
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
     as_loaded = ModuleState(model)
+    # The decoders optimum is about to merge are no component of the export: nothing is computed ahead for them.
+    merged = set(_UNMERGED) <= set(subpaths)
+    beside = ahead is not None and ahead([
+        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
+        for (module, config), sub in zip(models_and_configs.values(), subpaths, strict=True)
+        if not (merged and sub in _UNMERGED)
+    ])  # fmt: skip
     fixing: list[Parked[None]] = []
-    try:
-        # optimum's export_models, one graph at a time: each graph's dynamic axes are fixed (where that is due) in a
-        # child while the next graph is exported, the export leaving a CPU idle (whisper-tiny's decoder: 1.1 s).
-        for (module, config), subpath in zip(models_and_configs.values(), subpaths, strict=True):
-            export_graph(model=module, config=config, output=onnx_dir / subpath, opset=opset, device="cpu",
-                         input_shapes=shapes, dtype="fp32", disable_dynamic_axes_fix=True)  # fmt: skip
-            if _axes_to_fix(config, onnx_dir / subpath):
-                fix = functools.partial(_fix_axes, config, onnx_dir / subpath, shapes)
-                fixing.append(start_forked(fix, timeout_s=timeout_s))
-        for child in fixing:
-            child.result()
-    finally:
-        for child in fixing:
-            child.close()
+    # With a child beside it, the export's own torch ops (its traced forward) keep to one thread: OpenMP's threads
+    # wait for each other at every op, and one of two that shares its CPU with the child holds up both.
+    with torch_threads(1) if beside else contextlib.nullcontext():
+        try:
+            # optimum's export_models, one graph at a time: each graph's dynamic axes are fixed (where that is due)
+            # in a child while the next graph is exported, the export leaving a CPU idle (whisper-tiny's decoder: 1.1 s).
+            for (module, config), subpath in zip(models_and_configs.values(), subpaths, strict=True):
+                export_graph(model=module, config=config, output=onnx_dir / subpath, opset=opset, device="cpu",
+                             input_shapes=shapes, dtype="fp32", disable_dynamic_axes_fix=True)  # fmt: skip
+                if _axes_to_fix(config, onnx_dir / subpath):
+                    fix = functools.partial(_fix_axes, config, onnx_dir / subpath, shapes)
+                    fixing.append(start_forked(fix, timeout_s=timeout_s))
+            for child in fixing:
+                child.result()
+        finally:
+            for child in fixing:
+                child.close()
     components = _post_processed(main_config, onnx_dir, models_and_configs, subpaths, as_loaded)
     return components, {"exporter": "optimum", **({"weights": weights} if weights else {})}
 

@@ -34,8 +34,10 @@ tokens the mask keeps.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,6 +51,7 @@ from ..errors import (
 from ..records import OutputCheck, Settings, Tolerance
 from ..verify import generation, shapes
 from ..verify.compare import compare, peak
+from ..job import Ahead, Branch, CaseKey
 from ..verify.runtime import Case, cases, feed_for, session_for
 from . import Artifact, Component, ExportedModel, Verified
 
@@ -72,6 +75,26 @@ def references(exported: ExportedModel, settings: Settings) -> None:
     for _ in _cases(exported, settings):
         pass
     generation.reference(exported, settings)
+
+
+def references_ahead(exported: ExportedModel, settings: Settings) -> dict[tuple[CaseKey, Branch], Ahead]:
+    """PyTorch's outputs at every verify shape of ``exported``'s components, in a child forked before the export.
+
+    ``exported`` is provisional: its components carry the torch modules and OnnxConfigs the export
+    is about to run, and no graph yet. The export leaves a CPU idle (torch.onnx's tracing and graph
+    passes run on one), where this runs on one thread; :func:`references` then takes each case's
+    outputs from here instead of running the forward again, where its own inputs for the case are the
+    very ones fed here (``runtime._made_ahead``). A component the export's post-processing replaces (a
+    merged decoder) has another name then: its cases are computed by the job as before. A component
+    that fails here is left to the job, which fails it with its own error. Generation is not computed here.
+    """
+    exported.cache.torch_only = True
+    one = replace(settings, threads=1)
+    for comp in exported.components:
+        with contextlib.suppress(Exception):
+            for _ in cases_of(exported, comp, one):
+                pass
+    return exported.cache.ahead
 
 
 def save_references(exported: ExportedModel, settings: Settings) -> int:
@@ -234,15 +257,21 @@ def _cases(
 ) -> Iterator[tuple[Component, Case, bool]]:
     """(component, case, at the long shape) at every verify shape, one case per branch of a merged decoder."""
     for comp in exported.components if only is None else [only]:
-        if comp.onnx_config is None:
-            raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
-        done: set[str] = set()
-        for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
-            found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)
-            # A whisper encoder's long shape is its 30 s window again: checked once.
-            for case in (c for c in found.values() if c.label not in done):
-                done.add(case.label)
-                yield comp, case, shape.long
+        for case, long in cases_of(exported, comp, settings):
+            yield comp, case, long
+
+
+def cases_of(exported: ExportedModel, comp: Component, settings: Settings) -> Iterator[tuple[Case, bool]]:
+    """(case, at the long shape) of one component at every verify shape, one case per branch of a merged decoder."""
+    if comp.onnx_config is None:
+        raise VerifyError(f"component {comp.name} carries no OnnxConfig/torch module to generate inputs from")
+    done: set[str] = set()
+    for shape in shapes.verify_shapes(comp.onnx_config, exported.checkpoint.path, settings):
+        found = cases(exported, comp, shape.batch, shape.sequence, settings, audio_samples=shape.audio_samples)
+        # A whisper encoder's long shape is its 30 s window again: checked once.
+        for case in (c for c in found.values() if c.label not in done):
+            done.add(case.label)
+            yield case, shape.long
 
 
 def _recorded(exported: ExportedModel, comp: Component, name: str) -> str:
