@@ -35,6 +35,10 @@ ZOO_FAILURES = {
     "bigbird-pegasus": {"fp32": "verify_numerics", "fp16": "verify_numerics", "int8": "verify_numerics"},
     # ONNX Runtime's CPU layout optimizer crashes loading the fp16 graph
     "wavlm": {"fp16": "optimize_error"},
+    # its one image-text logit at batch 1 is ~0.007 in this random tiny model: int8's 7-bit weights move it by 0.011,
+    # past a single value's relative bound (the embeddings match at cosine 0.9997). At 8 bits it passed on a CPU with
+    # VNNI and failed every check on one without (saturated products, cosine 0.89): the same verdict on every CPU now
+    "siglip": {"int8": "verify_numerics"},
 }
 
 
