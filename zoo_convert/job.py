@@ -152,7 +152,7 @@ class RuntimeCache:
             held through it (``benchmark.time_torch_alone``): milliseconds per call, or why it
             could not be timed, and the load average around it; None when PyTorch is timed with the variants.
         generation: PyTorch's greedy generation (:mod:`zoo_convert.verify.generation`), memoized; None before it ran.
-        ahead: PyTorch's outputs per case and branch, computed beside the export (:func:`zoo_convert.verify.runtime.ahead`).
+        ahead: PyTorch's outputs per case and branch, computed beside the export (:func:`zoo_convert.stages.verify.references_ahead`).
         torch_only: this is that child: cases are PyTorch's side alone, into ``ahead`` (no graph exists yet).
     """
 

@@ -21,10 +21,13 @@ import mmap
 import os
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import onnx
+
+T = TypeVar("T")
 
 # Tensors smaller than this stay inside the graph: some ops dislike external scalars.
 EXTERNAL_MIN_BYTES = 1024
@@ -88,33 +91,44 @@ def structure(path: Path) -> onnx.ModelProto:
     0.2 GB, 0.17-0.20 s); here the file is mapped and every top-level initializer's ``raw_data`` is left out at the
     protobuf wire level (its name, type and dims stay). Nested graphs' initializers are kept whole. Never save it.
     """
+
+    def without_weights(buf: memoryview) -> bytes:
+        out = bytearray()
+        for field, wire, start, value, end in _fields(buf, 0, len(buf)):
+            if field != _MODEL_GRAPH or wire != _LEN:
+                out += buf[start:end]
+                continue
+            graph = bytearray()
+            for number, kind, begin, inner, stop in _fields(buf, value, end):
+                if number != _GRAPH_INITIALIZER or kind != _LEN:
+                    graph += buf[begin:stop]
+                    continue
+                tensor = b"".join(bytes(buf[ts:te]) for tf, _, ts, _, te in _fields(buf, inner, stop)
+                                  if tf != _TENSOR_RAW_DATA)  # fmt: skip
+                graph += _tag(number, _LEN) + _varint_bytes(len(tensor)) + tensor
+            out += _tag(field, _LEN) + _varint_bytes(len(graph)) + graph
+        return bytes(out)
+
+    model = onnx.ModelProto()
+    model.ParseFromString(_read_mapped(path, without_weights))
+    return model
+
+
+def _read_mapped(path: Path, read: Callable[[memoryview], T]) -> T:
+    """``read`` over the file's bytes, mapped; a malformed protobuf is a ValueError naming the file.
+
+    ``read`` must return nothing that views the map: it is closed when this returns.
+    """
     unreadable = ""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         buf = memoryview(mapped)
         try:
-            out = bytearray()
-            for field, wire, start, value, end in _fields(buf, 0, len(buf)):
-                if field != _MODEL_GRAPH or wire != _LEN:
-                    out += buf[start:end]
-                    continue
-                graph = bytearray()
-                for number, kind, begin, inner, stop in _fields(buf, value, end):
-                    if number != _GRAPH_INITIALIZER or kind != _LEN:
-                        graph += buf[begin:stop]
-                        continue
-                    tensor = b"".join(bytes(buf[ts:te]) for tf, _, ts, _, te in _fields(buf, inner, stop)
-                                      if tf != _TENSOR_RAW_DATA)  # fmt: skip
-                    graph += _tag(number, _LEN) + _varint_bytes(len(tensor)) + tensor
-                out += _tag(field, _LEN) + _varint_bytes(len(graph)) + graph
+            return read(buf)
         except ValueError as exc:  # raised below: its frames would keep views of the map open
             unreadable = str(exc)
         finally:
             buf.release()
-    if unreadable:
-        raise ValueError(f"{path}: not a protobuf onnx can read: {unreadable}")
-    model = onnx.ModelProto()
-    model.ParseFromString(bytes(out))
-    return model
+    raise ValueError(f"{path}: not a protobuf onnx can read: {unreadable}")
 
 
 def fed_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
@@ -308,22 +322,16 @@ def outputs(path: Path) -> list[onnx.ValueInfoProto]:
 
     For an inline graph that is the difference between mapping the file and parsing all of it (bert-base: 0.5 GB).
     """
-    unreadable = ""
-    found: list[onnx.ValueInfoProto] = []
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        buf = memoryview(mapped)
-        try:
-            for field, wire, _, value, end in _fields(buf, 0, len(buf)):
-                if field == _MODEL_GRAPH and wire == _LEN:
-                    found = [onnx.ValueInfoProto.FromString(bytes(buf[v:e]))
-                             for f_, w, _, v, e in _fields(buf, value, end) if f_ == _GRAPH_OUTPUT and w == _LEN]  # fmt: skip
-        except ValueError as exc:  # raised below: its frames would keep views of the map open
-            unreadable = str(exc)
-        finally:
-            buf.release()
-    if unreadable:
-        raise ValueError(f"{path}: not a protobuf onnx can read: {unreadable}")
-    return found
+
+    def graph_outputs(buf: memoryview) -> list[onnx.ValueInfoProto]:
+        found: list[onnx.ValueInfoProto] = []
+        for field, wire, _, value, end in _fields(buf, 0, len(buf)):
+            if field == _MODEL_GRAPH and wire == _LEN:
+                found = [onnx.ValueInfoProto.FromString(bytes(buf[v:e]))
+                         for f_, w, _, v, e in _fields(buf, value, end) if f_ == _GRAPH_OUTPUT and w == _LEN]  # fmt: skip
+        return found
+
+    return _read_mapped(path, graph_outputs)
 
 
 # Protobuf field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer and output, and the

@@ -206,16 +206,11 @@ class _ReferencesAhead:
 
     def start(self, early: ExportedModel) -> bool:
         """Fork the child (export's ``ahead``); whether it runs."""
-        from .stages import verify
+        from .stages import benchmark, verify
         from .stages.forked import start_forked, step
 
         settings = self.settings
-        weights = sum(
-            p.numel() * p.element_size()
-            for comp in early.components if comp.torch_module is not None
-            for p in comp.torch_module.parameters()
-        )  # fmt: skip
-        if weights > settings.external_data_threshold or not early.components:
+        if not early.components or benchmark.too_big_to_hold(early, settings):
             return False
 
         def forwards() -> dict[Any, Any]:

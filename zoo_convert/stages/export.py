@@ -532,7 +532,8 @@ def _provisional(
     ckpt: Checkpoint, out_dir: Path, tokenizer: Any, ahead: Callable[[ExportedModel], bool], components: list[Component]
 ) -> bool:
     """``ahead`` called with the export about to run: its components, and the tokenizer verify feeds real text with."""
-    early = ExportedModel(ckpt, out_dir, components, opset=0, ir_version=0, node_count=0, op_census={})
+    early = ExportedModel(ckpt, out_dir, components, opset=0, ir_version=0, node_count=0, op_census={},
+                          details={"weights_bytes": _param_bytes(components)})  # fmt: skip
     if tokenizer is not None:
         early.cache.tokenizer, early.cache.tokenizer_loaded = tokenizer, True
     return ahead(early)
