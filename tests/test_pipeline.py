@@ -791,14 +791,19 @@ def test_a_one_model_process_freezes_the_toolchain_before_the_model_loads_and_th
     assert models and models[0]() is None  # released and collected, as before
 
 
-@pytest.mark.parametrize(("model", "ahead"), [("bert", {"model"}), ("whisper", {"encoder_model"})])
+@pytest.mark.parametrize(
+    ("model", "ahead", "generated_ahead"),
+    [("bert", {"model"}, False), ("whisper", {"encoder_model", "decoder_model_merged"}, True),
+     ("gpt2", {"model"}, True), ("t5", {"encoder_model", "decoder_model_merged"}, False)],
+)  # fmt: skip
 def test_verifys_references_are_computed_beside_the_export_on_a_spare_cpu(
-    zoo_dir: Path, tmp_path: Path, model: str, ahead: set[str]
+    zoo_dir: Path, tmp_path: Path, model: str, ahead: set[str], generated_ahead: bool
 ) -> None:
     # convert on 2 CPUs: a child forked before the export computes PyTorch's side of every verify case on the CPU the
     # export leaves idle, and the job takes those outputs (vit-base at real size: 2.6 s of verify hidden in its export).
-    # A merged decoder is no component yet when the child forks: its cases, and generation, are the job's own.
-    # The job on 1 CPU forks nothing; both save the same references, and the decoder generates on both.
+    # Two decoders about to be merged are the merged decoder there already, and the decoder generates there too (not
+    # t5's: its encoder is fed the real prompt only where its graph has input_ids, unknown before the export). The job
+    # on 1 CPU forks nothing; both save the same references, and the decoder generates the same tokens on both.
     from zoo_convert.targets import reference
 
     entry = ManifestEntry(source=str(zoo_dir / model), variants=("fp32",))
@@ -809,11 +814,13 @@ def test_verifys_references_are_computed_beside_the_export_on_a_spare_cpu(
         assert result.artifacts_dir is not None
         details[threads] = next(s for s in result.stages if s.stage == "verify").details
         saved[threads] = reference.load(Path(result.artifacts_dir))
-        generated[threads] = result.variants[0].generation_token_match
+        fp32 = result.variants[0]
+        generated[threads] = (fp32.generation_token_match, fp32.generation_steps, fp32.generation_max_abs)
     assert "references_ahead" not in details[1]
-    assert generated[1] == generated[2] and (generated[2] is not None) == (model == "whisper"), generated
+    assert details[2].get("generation_ahead") == ("taken" if generated_ahead else None), details[2]
+    assert generated[1][:2] == generated[2][:2] and (generated[2][0] is not None) == (model != "bert"), generated
     cases = [c for c in saved[2].cases if c.component in ahead]
-    assert details[2]["references_ahead"] == len(cases) > 0, details[2]
+    assert details[2]["references_ahead"] == len(cases) == len(saved[2].cases), details[2]
     assert [(c.component, c.label) for c in saved[1].cases] == [(c.component, c.label) for c in saved[2].cases]
     for one, two in zip(saved[1].cases, saved[2].cases, strict=True):
         assert one.feed.keys() == two.feed.keys()
@@ -843,3 +850,30 @@ def test_outputs_computed_ahead_answer_only_the_very_case_they_were_computed_for
     assert asked({**inputs, "attention_mask": inputs["attention_mask"].to(torch.int32)}) is None  # another dtype
     assert asked(inputs, outputs=("logits", "hidden_states")) is None  # the job's config checks more outputs
     assert asked(inputs, first=True) is None  # the job's first case: the repeat forward was not run ahead
+
+
+def test_a_generation_computed_ahead_answers_only_its_own_decoder_and_inputs() -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from zoo_convert.job import RuntimeCache
+    from zoo_convert.verify.generation import STEPS, _made_ahead
+    from zoo_convert.verify.runtime import _digest
+
+    prompt = torch.tensor([[464, 2068, 7586]])
+    fed = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    made = ("decoder_model_merged", _digest(fed), np.zeros(STEPS, np.int64), np.zeros((STEPS, 8), np.float32))
+
+    def asked(name: str = "decoder_model_merged", **inputs: torch.Tensor) -> object:
+        exported = SimpleNamespace(cache=RuntimeCache(generation_ahead=made))
+        taken = _made_ahead(exported, SimpleNamespace(name=name), {**fed, **inputs})  # type: ignore[arg-type]
+        assert (exported.cache.generation_ahead is None) == (taken is not None)  # taken once; refused, it stays
+        return taken
+
+    taken = asked()
+    assert isinstance(taken, tuple) and taken[0] is made[2] and taken[1] is made[3]
+    assert asked(input_ids=prompt[:, :2]) is None  # another prompt
+    assert asked(attention_mask=torch.ones_like(prompt, dtype=torch.int32)) is None
+    assert asked(decoder_input_ids=torch.tensor([[0]])) is None  # an encoder-decoder's inputs
+    assert asked(name="decoder_with_past_model") is None  # another component

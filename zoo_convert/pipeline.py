@@ -172,6 +172,9 @@ def _references(exported: ExportedModel, settings: Settings, details: dict[str, 
         return exc
     finally:
         exported.cache.ahead.clear()  # what the child computed and no case asked for
+        if exported.cache.generation_ahead is not None:
+            details["generation_ahead"] = "not taken: other inputs than the job's"
+            exported.cache.generation_ahead = None
     # Beside the artifacts, for any runtime anywhere (zoo_convert.targets): no PyTorch needed to re-check.
     details["reference_bytes"] = verify.save_references(exported, settings)
     if settings.benchmark:
@@ -193,15 +196,15 @@ class _ReferencesAhead:
 
     torch.onnx's export leaves a CPU idle (its tracing and graph passes run on one): on a machine with more
     than one (``convert``; never a farm job, which runs on one), the child computes the forwards of every
-    verify case on one thread there, and the job's verify takes them (``stages.verify.references_ahead``).
-    A child that failed, crashed or ran out of time costs nothing but its seconds: the job computes the
+    verify case on one thread there (a decoder-only model's generation too), and the job's verify takes them
+    (``stages.verify.references_ahead``). A child that failed, crashed or ran out of time costs nothing but its seconds: the job computes the
     cases itself, as without it. Not for a model over the external-data threshold: its activations beside
     the export's peak.
     """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.child: Parked[dict[Any, Any]] | None = None
+        self.child: Parked[tuple[dict[Any, Any], Any]] | None = None
         self.started = 0.0
 
     def start(self, early: ExportedModel) -> bool:
@@ -213,7 +216,7 @@ class _ReferencesAhead:
         if not early.components or benchmark.too_big_to_hold(early, settings):
             return False
 
-        def forwards() -> dict[Any, Any]:
+        def forwards() -> tuple[dict[Any, Any], Any]:
             import torch
 
             step("PyTorch", "computing verify's references beside the export")
@@ -232,12 +235,15 @@ class _ReferencesAhead:
         # that inherited a lock) costs the job no more than its own references would have.
         self.child.timeout_s = max(_AHEAD_GRACE_S, time.monotonic() - self.started)
         try:
-            made = self.child.result()
+            made, generated = self.child.result()
         except Exception as exc:  # noqa: BLE001 - the job computes the cases itself
             details["references_ahead"] = f"none: {first_line(exc)}"
         else:
             exported.cache.ahead.update(made)
+            exported.cache.generation_ahead = generated
             details["references_ahead"] = len(made)
+            if generated is not None:
+                details["generation_ahead"] = "taken"  # unless verify's generation asks other inputs (_references)
         finally:
             self.close()
 

@@ -46,7 +46,7 @@ from ..job import ModuleState
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..sources import open_regular, sentence_transformers_files, side_files
 from ..verify import loadable
-from ..verify.runtime import processor_fallback, processor_shapes, shape_kwargs, torch_threads
+from ..verify.runtime import branch_config, processor_fallback, processor_shapes, shape_kwargs, torch_threads
 from . import Checkpoint, Component, ExportedModel
 from .forked import Parked, start_forked, step
 
@@ -76,6 +76,7 @@ _IMAGE_AUDIO_TASKS = frozenset(
 )
 # Graphs optimum writes before merging them into decoder_model_merged.onnx.
 _UNMERGED = ("decoder_model.onnx", "decoder_with_past_model.onnx")
+_MERGED = "decoder_model_merged.onnx"
 # How many key names a weights_mismatch message lists of each kind (the counts are all there).
 _NAMES_SHOWN = 3
 
@@ -561,13 +562,7 @@ def _export_optimum(
     opset = opset if opset is not None else main_config.DEFAULT_ONNX_OPSET
     subpaths = [f"{name}.onnx" for name in models_and_configs]
     as_loaded = ModuleState(model)
-    # The decoders optimum is about to merge are no component of the export: nothing is computed ahead for them.
-    merged = set(_UNMERGED) <= set(subpaths)
-    beside = ahead is not None and ahead([
-        Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module, as_loaded=as_loaded)
-        for (module, config), sub in zip(models_and_configs.values(), subpaths, strict=True)
-        if not (merged and sub in _UNMERGED)
-    ])  # fmt: skip
+    beside = ahead is not None and ahead(_as_post_processed(models_and_configs, subpaths, onnx_dir, as_loaded))
     fixing: list[Parked[None]] = []
     # With a child beside it, the export's own torch ops (its traced forward) keep to one thread: OpenMP's threads
     # wait for each other at every op, and one of two that shares its CPU with the child holds up both.
@@ -666,6 +661,27 @@ def _read_back(onnx_dir: Path, exporter: str, cause: BaseException | None = None
             raise onnx_graph.cut_short(path, f"the {exporter} exporter", why) from cause
 
 
+def _as_post_processed(
+    parts: dict[str, tuple[Any, Any]], subpaths: list[str], onnx_dir: Path, as_loaded: ModuleState
+) -> list[Component]:
+    """The components :func:`_post_processed` will make of ``parts``, before they are exported: no graph yet.
+
+    Two decoders about to be merged are the merged decoder: the with-past branch's module with a copy of its
+    config flagged as optimum's post-processing flags it (``is_merged``, ``use_cache_branch``), so that its
+    verify cases can be computed before the merge exists. The export runs the originals.
+    """
+    merged = set(_UNMERGED) <= set(subpaths)
+    found = []
+    for (module, config), sub in zip(parts.values(), subpaths, strict=True):
+        if merged and sub == _UNMERGED[0]:
+            continue  # the no-cache branch: verify derives it from the with-past config
+        if merged and sub == _UNMERGED[1]:
+            sub, config = _MERGED, branch_config(config, is_merged=True, use_cache_branch=True)
+        found.append(Component(name=Path(sub).stem, path=onnx_dir / sub, onnx_config=config, torch_module=module,
+                               as_loaded=as_loaded))  # fmt: skip
+    return found
+
+
 def _post_processed(
     main_config: Any, onnx_dir: Path, parts: dict[str, tuple[Any, Any]], subpaths: list[str], as_loaded: ModuleState
 ) -> list[Component]:
@@ -679,7 +695,7 @@ def _post_processed(
     by_file: dict[str, tuple[Any, Any]] = {}
     for (module, config), sub in zip(parts.values(), subpaths):
         by_file[str(sub)] = (module, config)
-    if "decoder_model_merged.onnx" in by_file:
+    if _MERGED in by_file:
         for name in _UNMERGED:
             onnx_graph.delete(onnx_dir / name)
     return [

@@ -38,7 +38,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -77,16 +77,17 @@ def references(exported: ExportedModel, settings: Settings) -> None:
     generation.reference(exported, settings)
 
 
-def references_ahead(exported: ExportedModel, settings: Settings) -> dict[tuple[CaseKey, Branch], Ahead]:
+def references_ahead(exported: ExportedModel, settings: Settings) -> tuple[dict[tuple[CaseKey, Branch], Ahead], Any]:
     """PyTorch's outputs at every verify shape of ``exported``'s components, in a child forked before the export.
 
     ``exported`` is provisional: its components carry the torch modules and OnnxConfigs the export
-    is about to run, and no graph yet. The export leaves a CPU idle (torch.onnx's tracing and graph
-    passes run on one), where this runs on one thread; :func:`references` then takes each case's
-    outputs from here instead of running the forward again, where its own inputs for the case are the
-    very ones fed here (``runtime._made_ahead``). A component the export's post-processing replaces (a
-    merged decoder) has another name then: its cases are computed by the job as before. A component
-    that fails here is left to the job, which fails it with its own error. Generation is not computed here.
+    is about to run, and no graph yet (two decoders optimum is about to merge: the merged decoder,
+    its config flagged as the merge will flag it). The export leaves a CPU idle (torch.onnx's tracing
+    and graph passes run on one), where this runs on one thread; :func:`references` then takes each
+    case's outputs from here instead of running the forward again, where its own inputs for the case
+    are the very ones fed here (``runtime._made_ahead``). A component that fails here is left to the
+    job, which fails it with its own error. A decoder-only model's generation is computed here too
+    (``generation.reference_ahead``). Returns ``RuntimeCache.ahead`` and ``.generation_ahead``.
     """
     exported.cache.torch_only = True
     one = replace(settings, threads=1)
@@ -94,7 +95,8 @@ def references_ahead(exported: ExportedModel, settings: Settings) -> dict[tuple[
         with contextlib.suppress(Exception):
             for _ in cases_of(exported, comp, one):
                 pass
-    return exported.cache.ahead
+    generation.reference_ahead(exported, one)
+    return exported.cache.ahead, exported.cache.generation_ahead
 
 
 def save_references(exported: ExportedModel, settings: Settings) -> int:

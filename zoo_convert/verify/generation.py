@@ -42,6 +42,7 @@ from .runtime import (
     _ORT_FLOAT,
     SENTENCES,
     Branch,
+    _digest,
     _tokenizer,
     cases,
     session_for,
@@ -124,6 +125,28 @@ def reference(exported: ExportedModel, settings: Settings) -> None:
         memo.note = f"PyTorch generate() failed: {type(exc).__name__}: {first_line(exc)}"
 
 
+def reference_ahead(exported: ExportedModel, settings: Settings) -> None:
+    """The generation :func:`reference` would compute, in the child that computes verify's references beside the export.
+
+    ``exported`` is provisional (no graph yet): the decoder is the component whose config gives a past and
+    logits. Into ``RuntimeCache.generation_ahead``, which :func:`reference` takes where its own generate()
+    inputs digest to the ones fed here. Not for an encoder fed token ids (t5, bart): the job swaps in the
+    real prompt only where the encoder graph has that input, which is not known before the export. A
+    generation that fails here is the job's to fail and record.
+    """
+    if not settings.verify_generation:
+        return
+    dec = next((c for c in exported.components if c.onnx_config is not None and "logits" in c.onnx_config.outputs
+                and any(n.startswith("past_key_values") for n in c.onnx_config.inputs)), None)  # fmt: skip
+    enc = _encoder(exported, dec) if dec is not None and len(exported.components) > 1 else None
+    if dec is None or (enc is not None and "input_ids" in getattr(enc.onnx_config, "inputs", ("input_ids",))):
+        return
+    with contextlib.suppress(Exception):
+        _, _, _, kwargs = _generate_inputs(exported, dec, settings)
+        tokens, logits = _generated(dec, kwargs, settings)
+        exported.cache.generation_ahead = (dec.name, _digest(kwargs), tokens, logits)
+
+
 class _NotChecked(Exception):
     """Generation cannot be checked for this model (the reason is recorded)."""
 
@@ -136,19 +159,28 @@ def _memo(exported: ExportedModel) -> _Memo:
 
 
 def _reference(exported: ExportedModel, dec: Component, settings: Settings) -> Reference:
-    import torch
-    from transformers import GenerationConfig, GenerationMixin
+    label, encoder_feed, prompt, kwargs = _generate_inputs(exported, dec, settings)
+    tokens, logits = _made_ahead(exported, dec, kwargs) or _generated(dec, kwargs, settings)
+    if tokens.shape[0] != STEPS or logits.shape[0] != STEPS:
+        raise _NotChecked(f"PyTorch generate() made {tokens.shape[0]} tokens, not {STEPS}")
+    return Reference(label, encoder_feed, prompt, tokens, logits)
 
-    model = dec.torch_module
-    if model is None or not isinstance(model, GenerationMixin):
+
+def _generate_inputs(
+    exported: ExportedModel, dec: Component, settings: Settings
+) -> tuple[str, dict[str, np.ndarray], np.ndarray, dict[str, Any]]:
+    """(label, the encoder graph's feed, the decoder's prompt, generate()'s keyword inputs) of the one generation."""
+    import torch
+    from transformers import GenerationMixin
+
+    if dec.torch_module is None or not isinstance(dec.torch_module, GenerationMixin):
         raise _NotChecked(f"{dec.name}'s PyTorch module cannot generate")
     enc = _encoder(exported, dec) if len(exported.components) > 1 else None
     if len(exported.components) > 1 and enc is None:
         raise _NotChecked(f"no encoder graph beside {dec.name} among {[c.name for c in exported.components]}")
     if enc is not None:
         encoder_feed, torch_inputs, label = _encoder_inputs(exported, enc, settings)
-        start = _decoder_start(model)
-        prompt = np.array([[start]], dtype=np.int64)
+        prompt = np.array([[_decoder_start(dec.torch_module)]], dtype=np.int64)
         kwargs: dict[str, Any] = {name: torch.from_numpy(v) for name, v in torch_inputs.items()}
         kwargs["decoder_input_ids"] = torch.from_numpy(prompt)
     else:
@@ -156,6 +188,15 @@ def _reference(exported: ExportedModel, dec: Component, settings: Settings) -> R
         prompt = np.array([ids], dtype=np.int64)
         label = f"1x{prompt.shape[1]}"
         kwargs = {"input_ids": torch.from_numpy(prompt), "attention_mask": torch.ones_like(torch.from_numpy(prompt))}
+    return label, encoder_feed, prompt, kwargs
+
+
+def _generated(dec: Component, kwargs: dict[str, Any], settings: Settings) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch's greedy tokens after the prompt and its logits at every step."""
+    import torch
+    from transformers import GenerationConfig, GenerationMixin
+
+    model: Any = dec.torch_module
     # Plain greedy: no processors and no EOS stop from the checkpoint's generation config (see the module docstring).
     plain = GenerationConfig(
         do_sample=False,
@@ -175,11 +216,22 @@ def _reference(exported: ExportedModel, dec: Component, settings: Settings) -> R
             out: Any = GenerationMixin.generate(model, **kwargs, output_logits=True, return_dict_in_generate=True)
     finally:
         model.generation_config = saved
+    prompt = kwargs["decoder_input_ids"] if "decoder_input_ids" in kwargs else kwargs["input_ids"]
     tokens = out.sequences[0, prompt.shape[1] :].cpu().numpy().astype(np.int64)
     logits = torch.stack([step[0] for step in out.logits]).float().cpu().numpy()
-    if tokens.shape[0] != STEPS or logits.shape[0] != STEPS:
-        raise _NotChecked(f"PyTorch generate() made {tokens.shape[0]} tokens, not {STEPS}")
-    return Reference(label, encoder_feed, prompt, tokens, logits)
+    return tokens, logits
+
+
+def _made_ahead(exported: ExportedModel, dec: Component, kwargs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The tokens and logits :func:`reference_ahead` computed, where they are this decoder's on these very inputs.
+
+    Taken, they leave the cache; refused, they stay there (the job's record says they were not taken).
+    """
+    made = exported.cache.generation_ahead
+    if made is None or made[0] != dec.name or made[1] != _digest(kwargs):
+        return None
+    exported.cache.generation_ahead = None
+    return made[2], made[3]
 
 
 @contextlib.contextmanager

@@ -172,14 +172,14 @@ def _branches(config: OnnxConfig) -> list[tuple[Branch, OnnxConfig, tuple[str, .
         return [(Branch.WHOLE, config, tuple(config.outputs))]
     # The cache branch's outputs are those of the decoder-with-past graph before
     # merging; the merge pads the rest (the constant cross-attention cache) with placeholders.
-    unmerged = _branch_config(config, is_merged=False)
+    unmerged = branch_config(config, is_merged=False)
     return [
-        (Branch.NO_CACHE, _branch_config(config, use_cache_branch=False), tuple(config.outputs)),
-        (Branch.CACHE, _branch_config(config, use_cache_branch=True), tuple(unmerged.outputs)),
+        (Branch.NO_CACHE, branch_config(config, use_cache_branch=False), tuple(config.outputs)),
+        (Branch.CACHE, branch_config(config, use_cache_branch=True), tuple(unmerged.outputs)),
     ]
 
 
-def _branch_config(config: OnnxConfig, **flags: bool) -> OnnxConfig:
+def branch_config(config: OnnxConfig, **flags: bool) -> OnnxConfig:
     """A copy of a merged decoder's config with ``flags`` set, on its wrapped decoder config too.
 
     Composite encoder-decoders (vision-encoder-decoder) delegate input generation to
@@ -191,7 +191,7 @@ def _branch_config(config: OnnxConfig, **flags: bool) -> OnnxConfig:
         setattr(branch, name, value)
     inner = getattr(config, "_decoder_onnx_config", None)
     if inner is not None and hasattr(inner, "is_merged"):
-        branch._decoder_onnx_config = _branch_config(inner, **flags)
+        branch._decoder_onnx_config = branch_config(inner, **flags)
     return branch
 
 
