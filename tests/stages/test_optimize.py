@@ -20,7 +20,7 @@ from zoo_convert import onnx_graph
 from zoo_convert.errors import OptimizeError
 from zoo_convert.records import Settings
 from zoo_convert.stages import Artifact, Checkpoint, Component, ExportedModel
-from zoo_convert.stages.forked import Parked, run_forked, step, wait_for_go
+from zoo_convert.stages.forked import Parked, run_forked, start_forked, step, wait_for_go
 from zoo_convert.stages.optimize import _verified, optimize
 from zoo_convert.stages.verify import verify
 
@@ -608,6 +608,32 @@ def test_a_parked_child_that_answered_exits_only_once_let_go() -> None:
     child.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(child.pid, os.WNOHANG)  # reaped
+
+
+def test_a_child_started_beside_the_caller_exits_when_done_not_when_asked() -> None:
+    """start_forked's children (verify's references beside the export): a child whose answer outgrows the pipe would
+    wait, holding its memory (0.33 GB for gpt2's references), until the caller asked for it after the export."""
+    answer = bytes(range(256)) * (8 << 12)  # 8 MiB: far more than a pipe holds
+    child = start_forked(lambda: answer, timeout_s=60)
+    state = ""
+    for _ in range(200):
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":  # exited, not reaped yet: nobody asked for its answer
+            break
+        time.sleep(0.05)
+    assert state == "Z"
+    assert child.result() == answer and child.result() == answer  # asked again: the same answer
+    child.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)  # reaped
+    unasked = start_forked(lambda: time.sleep(60), timeout_s=60)
+    unasked.close()  # the job failed: killed and reaped
+    with pytest.raises(ChildProcessError):
+        os.waitpid(unasked.pid, os.WNOHANG)
+    late = start_forked(lambda: time.sleep(60), timeout_s=60)
+    late.timeout_s = 0.2
+    with pytest.raises(OptimizeError, match="did not finish"):
+        late.result()
 
 
 def _squared(n: int) -> onnx.ModelProto:

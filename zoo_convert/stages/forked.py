@@ -33,12 +33,13 @@ import select
 import signal
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 from ..errors import (
     FailureKind,
@@ -76,6 +77,9 @@ _PR_SET_PDEATHSIG = 1
 _forking = threading.Lock()
 _HEADER = struct.Struct("!cI")  # message type, payload length
 _STEP, _RESULT, _RAISED, _PARKED = b"s", b"r", b"x", b"p"
+# The result is in the child's answer file (start_forked), not in the message.
+_RESULT_IN_FILE = b"f"
+_ANSWERS = (_RESULT, _RESULT_IN_FILE, _RAISED)
 # Where the child writes its reports; None in a process that is not such a child.
 _report_fd: int | None = None
 # In a child of start_parked: the pipe its parent's go comes through (see wait_for_go); None elsewhere.
@@ -189,12 +193,15 @@ def start_forked(fn: Callable[[], T], *, timeout_s: float) -> Parked[T]:
     return Parked(fn, timeout_s=timeout_s, wait=False)
 
 
-def _answer(messages: list[tuple[bytes, bytes]], status: int | None, timeout_s: float) -> Any:
+def _answer(messages: list[tuple[bytes, bytes]], status: int | None, timeout_s: float, answer: BinaryIO | None) -> Any:
     """What the child's messages say: its result, what it raised re-raised, or how it died (OptimizeError)."""
     last_step = next((body for kind, body in reversed(messages) if kind == _STEP), None)
     for kind, body in messages:
         if kind == _RESULT:
             return pickle.loads(body)
+        if kind == _RESULT_IN_FILE and answer is not None:
+            answer.seek(0)
+            return pickle.load(answer)
         if kind == _RAISED:
             raise _reraised(pickle.loads(body))
     doing = pickle.loads(last_step) if last_step is not None else ("the child", "starting")
@@ -226,6 +233,11 @@ class Parked(Generic[T]):
         sys.stdout.flush()
         sys.stderr.flush()
         self.timeout_s = timeout_s
+        # Not waited for (start_forked), its result goes to a file of its own: in the pipe, a result bigger than
+        # the pipe holds would keep the child alive, and its memory with it, until the caller reads it after what
+        # it runs beside (a thread reading for it would wait for the GIL the caller's C++ holds): the references
+        # computed beside gpt2's export, 0.33 GB of its own, past the export's peak.
+        self._answer = None if wait else tempfile.TemporaryFile(prefix="zoo-convert-answer-")
         # Another thread's fork must not inherit this child's write end between fork and close (the optimize stage
         # makes variants in several threads): the parent would read no end of this child's reports until that
         # other child exited too.
@@ -241,7 +253,7 @@ class Parked(Generic[T]):
             os.close(read)
             os.close(go_write)
             _go_fd = go_read
-            _child(fn, write)
+            _child(fn, write, self._answer)
         # Not waited for (start_forked): as good as parked, it runs on until result() collects it.
         buffer, state = _until_parked(self.pid, read, timeout_s) if wait else (b"", "parked")
         self.parked = state == "parked"
@@ -269,7 +281,7 @@ class Parked(Generic[T]):
             self.answered = _answered(self._messages)
             if not self.answered:  # it died, or was killed at the timeout (_collect reaped it)
                 self._close_pipes()
-        result: T = _answer(self._messages, self._status, self.timeout_s)
+        result: T = _answer(self._messages, self._status, self.timeout_s, self._answer)
         return result
 
     def close(self) -> None:
@@ -286,6 +298,8 @@ class Parked(Generic[T]):
                     os.kill(self.pid, signal.SIGKILL)
             self._close_pipes()  # an answered child reads the end of its go pipe and exits
             self._unreaped = True
+        if self._answer is not None:
+            self._answer.close()
 
     def reap(self) -> None:
         """:meth:`close`'s second half: wait for the child let go to be gone."""
@@ -356,7 +370,7 @@ def die_with_parent() -> None:
             pass
 
 
-def _child(fn: Callable[[], T], write: int) -> None:
+def _child(fn: Callable[[], T], write: int, answer: BinaryIO | None) -> None:
     global _report_fd
     # Never collect what the parent left: an inherited ONNX Runtime session (or a torch object)
     # in a garbage cycle would be destroyed here, waiting forever on thread-pool condition
@@ -366,7 +380,13 @@ def _child(fn: Callable[[], T], write: int) -> None:
     die_with_parent()
     try:
         try:
-            _send(write, _RESULT, pickle.dumps(fn()))
+            result = fn()
+            if answer is None:
+                _send(write, _RESULT, pickle.dumps(result))
+            else:
+                pickle.dump(result, answer)
+                answer.flush()
+                _send(write, _RESULT_IN_FILE, b"")
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
             _send(write, _RAISED, pickle.dumps(_described(exc)))
         sys.stdout.flush()
@@ -434,7 +454,7 @@ def _collect(pid: int, fd: int, timeout_s: float) -> tuple[list[tuple[bytes, byt
             kind, size = _HEADER.unpack_from(buffer, at)
             if at + _HEADER.size + size > len(buffer):
                 break  # its body is still coming
-            if kind in (_RESULT, _RAISED):
+            if kind in _ANSWERS:
                 return _split(bytes(buffer)), None
             at += _HEADER.size + size
     _, status = os.waitpid(pid, 0)
@@ -442,7 +462,7 @@ def _collect(pid: int, fd: int, timeout_s: float) -> tuple[list[tuple[bytes, byt
 
 
 def _answered(messages: list[tuple[bytes, bytes]]) -> bool:
-    return any(kind in (_RESULT, _RAISED) for kind, _ in messages)
+    return any(kind in _ANSWERS for kind, _ in messages)
 
 
 def _split(buffer: bytes) -> list[tuple[bytes, bytes]]:
