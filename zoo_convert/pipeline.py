@@ -196,10 +196,10 @@ class _ReferencesAhead:
 
     torch.onnx's export leaves a CPU idle (its tracing and graph passes run on one): on a machine with more
     than one (``convert``; never a farm job, which runs on one), the child computes the forwards of every
-    verify case on one thread there (a decoder-only model's generation too), and the job's verify takes them
-    (``stages.verify.references_ahead``). A child that failed, crashed or ran out of time costs nothing but its seconds: the job computes the
-    cases itself, as without it. Not for a model over the external-data threshold: its activations beside
-    the export's peak.
+    verify case on one thread there, and the decoder's generation, and the job's verify takes them
+    (``stages.verify.references_ahead``). A child that failed, crashed or ran out of time costs nothing but
+    its seconds: the job computes the cases itself, as without it. Not for a model over the external-data
+    threshold: its activations beside the export's peak.
     """
 
     def __init__(self, settings: Settings) -> None:
