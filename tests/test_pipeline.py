@@ -821,6 +821,7 @@ def test_verifys_references_are_computed_beside_the_export_on_a_spare_cpu(
     assert generated[1][:2] == generated[2][:2] and (generated[2][0] is not None) == (model != "bert"), generated
     cases = [c for c in saved[2].cases if c.component in ahead]
     assert details[2]["references_ahead"] == len(cases) == len(saved[2].cases), details[2]
+    assert "references_ahead_unused" not in details[2], details[2]  # every case taken, none computed twice
     assert [(c.component, c.label) for c in saved[1].cases] == [(c.component, c.label) for c in saved[2].cases]
     for one, two in zip(saved[1].cases, saved[2].cases, strict=True):
         assert one.feed.keys() == two.feed.keys()
@@ -843,7 +844,9 @@ def test_outputs_computed_ahead_answer_only_the_very_case_they_were_computed_for
     def asked(fed: dict[str, Any], outputs: tuple[str, ...] = ("logits",), first: bool = False) -> Ahead | None:
         cache = RuntimeCache()
         cache.ahead[(key, Branch.WHOLE)] = made
-        return _made_ahead(cache, key, Branch.WHOLE, fed, outputs, first)
+        taken = _made_ahead(cache, key, Branch.WHOLE, fed, outputs, first)
+        assert (not cache.ahead) == (taken is not None)  # taken, it leaves; refused, it stays (counted as unused)
+        return taken
 
     assert asked({k: v.clone() for k, v in inputs.items()}) is made
     assert asked({**inputs, "input_ids": torch.tensor([[5, 6, 8]])}) is None  # other tokens
@@ -857,13 +860,13 @@ def test_a_generation_computed_ahead_answers_only_its_own_decoder_and_inputs() -
 
     import torch
 
-    from zoo_convert.job import RuntimeCache
+    from zoo_convert.job import GenerationAhead, RuntimeCache
     from zoo_convert.verify.generation import STEPS, _made_ahead
     from zoo_convert.verify.runtime import _digest
 
     prompt = torch.tensor([[464, 2068, 7586]])
     fed = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
-    made = ("decoder_model_merged", _digest(fed), np.zeros(STEPS, np.int64), np.zeros((STEPS, 8), np.float32))
+    made = GenerationAhead("decoder_model_merged", _digest(fed), np.zeros(STEPS, np.int64), np.zeros((STEPS, 8), np.float32))
 
     def asked(name: str = "decoder_model_merged", **inputs: torch.Tensor) -> object:
         exported = SimpleNamespace(cache=RuntimeCache(generation_ahead=made))
@@ -872,7 +875,7 @@ def test_a_generation_computed_ahead_answers_only_its_own_decoder_and_inputs() -
         return taken
 
     taken = asked()
-    assert isinstance(taken, tuple) and taken[0] is made[2] and taken[1] is made[3]
+    assert isinstance(taken, tuple) and taken[0] is made.tokens and taken[1] is made.logits
     assert asked(input_ids=prompt[:, :2]) is None  # another prompt
     assert asked(attention_mask=torch.ones_like(prompt, dtype=torch.int32)) is None
     assert asked(decoder_input_ids=torch.tensor([[0]])) is None  # an encoder-decoder's inputs

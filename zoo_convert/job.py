@@ -131,6 +131,22 @@ class Ahead:
     again: dict[str, np.ndarray] | None
 
 
+@dataclass(frozen=True)
+class GenerationAhead:
+    """PyTorch's greedy generation computed in that child (``verify.generation.reference_ahead``).
+
+    Attributes:
+        decoder: the component that generated.
+        inputs: a digest of generate()'s inputs: used only where the job's own are these.
+        tokens: the tokens after the prompt; logits: the logits at every step.
+    """
+
+    decoder: str
+    inputs: str
+    tokens: np.ndarray
+    logits: np.ndarray
+
+
 @dataclass
 class RuntimeCache:
     """What one job's verify and benchmark stages share; lives on ``ExportedModel.cache``, never recorded.
@@ -153,9 +169,7 @@ class RuntimeCache:
             could not be timed, and the load average around it; None when PyTorch is timed with the variants.
         generation: PyTorch's greedy generation (:mod:`zoo_convert.verify.generation`), memoized; None before it ran.
         ahead: PyTorch's outputs per case and branch, computed beside the export (:func:`zoo_convert.stages.verify.references_ahead`).
-        generation_ahead: PyTorch's greedy generation computed there too (``verify.generation.reference_ahead``):
-            the decoder's name, a digest of generate()'s inputs, the tokens and the logits; taken by the job's
-            generation where its own inputs digest the same; else None.
+        generation_ahead: PyTorch's greedy generation computed there too, until the job's generation takes it.
         torch_only: this is that child: cases are PyTorch's side alone, into ``ahead`` (no graph exists yet).
     """
 
@@ -170,7 +184,7 @@ class RuntimeCache:
     torch_alone: TorchAlone | None = None
     generation: Any = None
     ahead: dict[tuple[CaseKey, Branch], Ahead] = field(default_factory=dict)
-    generation_ahead: tuple[str, str, np.ndarray, np.ndarray] | None = None
+    generation_ahead: GenerationAhead | None = None
     torch_only: bool = False
 
 

@@ -53,6 +53,7 @@ from .stages.forked import alone_on_node, note_claimed, paused_windows
 from .node import toolchain_versions
 
 if TYPE_CHECKING:
+    from .job import GenerationAhead
     from .stages.forked import Parked
     from .stages.target import Pending
 
@@ -171,9 +172,12 @@ def _references(exported: ExportedModel, settings: Settings, details: dict[str, 
     except Exception as exc:  # noqa: BLE001 - recorded on every variant's verify
         return exc
     finally:
-        exported.cache.ahead.clear()  # what the child computed and no case asked for
+        # What the child computed and the job did not take: asked for other inputs, or not asked (references failed).
+        if exported.cache.ahead:
+            details["references_ahead_unused"] = len(exported.cache.ahead)
+            exported.cache.ahead.clear()
         if exported.cache.generation_ahead is not None:
-            details["generation_ahead"] = "not taken: other inputs than the job's"
+            details["generation_ahead"] = "not taken"
             exported.cache.generation_ahead = None
     # Beside the artifacts, for any runtime anywhere (zoo_convert.targets): no PyTorch needed to re-check.
     details["reference_bytes"] = verify.save_references(exported, settings)
@@ -204,7 +208,7 @@ class _ReferencesAhead:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.child: Parked[tuple[dict[Any, Any], Any]] | None = None
+        self.child: Parked[tuple[dict[Any, Any], GenerationAhead | None]] | None = None
         self.started = 0.0
 
     def start(self, early: ExportedModel) -> bool:
@@ -216,7 +220,7 @@ class _ReferencesAhead:
         if not early.components or benchmark.too_big_to_hold(early, settings):
             return False
 
-        def forwards() -> tuple[dict[Any, Any], Any]:
+        def forwards() -> tuple[dict[Any, Any], GenerationAhead | None]:
             import torch
 
             step("PyTorch", "computing verify's references beside the export")
@@ -243,7 +247,7 @@ class _ReferencesAhead:
             exported.cache.generation_ahead = generated
             details["references_ahead"] = len(made)
             if generated is not None:
-                details["generation_ahead"] = "taken"  # unless verify's generation asks other inputs (_references)
+                details["generation_ahead"] = "taken"  # unless the job's generation does not take it (_references)
         finally:
             self.close()
 

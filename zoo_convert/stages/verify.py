@@ -38,7 +38,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,7 +51,7 @@ from ..errors import (
 from ..records import OutputCheck, Settings, Tolerance
 from ..verify import generation, shapes
 from ..verify.compare import compare, peak
-from ..job import Ahead, Branch, CaseKey
+from ..job import Ahead, Branch, CaseKey, GenerationAhead
 from ..verify.runtime import Case, cases, feed_for, session_for
 from . import Artifact, Component, ExportedModel, Verified
 
@@ -77,7 +77,9 @@ def references(exported: ExportedModel, settings: Settings) -> None:
     generation.reference(exported, settings)
 
 
-def references_ahead(exported: ExportedModel, settings: Settings) -> tuple[dict[tuple[CaseKey, Branch], Ahead], Any]:
+def references_ahead(
+    exported: ExportedModel, settings: Settings
+) -> tuple[dict[tuple[CaseKey, Branch], Ahead], GenerationAhead | None]:
     """PyTorch's outputs at every verify shape of ``exported``'s components, in a child forked before the export.
 
     ``exported`` is provisional: its components carry the torch modules and OnnxConfigs the export
@@ -86,8 +88,9 @@ def references_ahead(exported: ExportedModel, settings: Settings) -> tuple[dict[
     and graph passes run on one), where this runs on one thread; :func:`references` then takes each
     case's outputs from here instead of running the forward again, where its own inputs for the case
     are the very ones fed here (``runtime._made_ahead``). A component that fails here is left to the
-    job, which fails it with its own error. A decoder-only model's generation is computed here too
-    (``generation.reference_ahead``). Returns ``RuntimeCache.ahead`` and ``.generation_ahead``.
+    job, which fails it with its own error. The decoder's generation is computed here too, where its
+    inputs are known before the export (``generation.reference_ahead``). Returns ``RuntimeCache.ahead``
+    and ``.generation_ahead``.
     """
     exported.cache.torch_only = True
     one = replace(settings, threads=1)

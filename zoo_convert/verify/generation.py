@@ -28,14 +28,14 @@ a mismatch); the other variants' share is information.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import VerifyError, first_line, is_our_bug
-from ..job import Artifact, Generation
+from ..job import Artifact, Generation, GenerationAhead
 from ..records import Settings, Tolerance, variant_files
 from .compare import compare
 from .runtime import (
@@ -91,11 +91,14 @@ def decoder(exported: ExportedModel) -> Component | None:
     """The component that generates: a graph fed its past key values and giving logits; None without one."""
     for comp in exported.components:
         graph = comp.graph.graph
-        if any(i.name.startswith("past_key_values") for i in graph.input) and any(
-            o.name == "logits" for o in graph.output
-        ):
+        if _generates([i.name for i in graph.input], [o.name for o in graph.output]):
             return comp
     return None
+
+
+def _generates(inputs: Iterable[str], outputs: Iterable[str]) -> bool:
+    """Whether a graph with these input and output names (or a config that names them so) generates."""
+    return any(name.startswith("past_key_values") for name in inputs) and "logits" in outputs
 
 
 def _encoder(exported: ExportedModel, dec: Component) -> Component | None:
@@ -136,15 +139,16 @@ def reference_ahead(exported: ExportedModel, settings: Settings) -> None:
     """
     if not settings.verify_generation:
         return
-    dec = next((c for c in exported.components if c.onnx_config is not None and "logits" in c.onnx_config.outputs
-                and any(n.startswith("past_key_values") for n in c.onnx_config.inputs)), None)  # fmt: skip
+    configs = {c.name: c.onnx_config for c in exported.components if c.onnx_config is not None}
+    dec = next((c for c in exported.components if c.name in configs
+                and _generates(configs[c.name].inputs, configs[c.name].outputs)), None)  # fmt: skip
     enc = _encoder(exported, dec) if dec is not None and len(exported.components) > 1 else None
-    if dec is None or (enc is not None and "input_ids" in getattr(enc.onnx_config, "inputs", ("input_ids",))):
+    if dec is None or (enc is not None and (enc.name not in configs or "input_ids" in configs[enc.name].inputs)):
         return
     with contextlib.suppress(Exception):
         _, _, _, kwargs = _generate_inputs(exported, dec, settings)
         tokens, logits = _generated(dec, kwargs, settings)
-        exported.cache.generation_ahead = (dec.name, _digest(kwargs), tokens, logits)
+        exported.cache.generation_ahead = GenerationAhead(dec.name, _digest(kwargs), tokens, logits)
 
 
 class _NotChecked(Exception):
@@ -228,10 +232,10 @@ def _made_ahead(exported: ExportedModel, dec: Component, kwargs: dict[str, Any])
     Taken, they leave the cache; refused, they stay there (the job's record says they were not taken).
     """
     made = exported.cache.generation_ahead
-    if made is None or made[0] != dec.name or made[1] != _digest(kwargs):
+    if made is None or made.decoder != dec.name or made.inputs != _digest(kwargs):
         return None
     exported.cache.generation_ahead = None
-    return made[2], made[3]
+    return made.tokens, made.logits
 
 
 @contextlib.contextmanager

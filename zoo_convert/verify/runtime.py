@@ -265,11 +265,14 @@ def _make_case(
 def _made_ahead(
     cache: RuntimeCache, key: CaseKey, branch: Branch, torch_inputs: dict[str, Any], outputs: tuple[str, ...], first: bool
 ) -> Ahead | None:
-    """The outputs computed beside the export for this case, where they answer the very same question."""
-    made = cache.ahead.pop((key, branch), None)
-    if made is None or made.outputs != outputs or (made.again is not None) != first:
+    """The outputs computed beside the export for this case, where they answer the very same question.
+
+    Taken, they leave ``cache.ahead``; refused, they stay (the job's record counts them as unused).
+    """
+    made = cache.ahead.get((key, branch))
+    if made is None or made.outputs != outputs or (made.again is not None) != first or made.inputs != _digest(torch_inputs):
         return None
-    return made if made.inputs == _digest(torch_inputs) else None
+    return cache.ahead.pop((key, branch))
 
 
 def _digest(value: Any) -> str:
