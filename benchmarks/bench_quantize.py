@@ -85,7 +85,6 @@ def child(argv: list[str]) -> int:
 
         quantize_dynamic(src, dst, per_channel=recipe["per_channel"], nodes_to_exclude=exclude,
                          weight_type={"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[recipe["weight_type"]],
-                         reduce_range=recipe["weight_type"] == "int8",  # as ours: 7-bit int8 weights
                          use_external_data_format=external,
                          extra_options={"MatMulConstBOnly": not recipe.get("activations", False)})  # fmt: skip
     return 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import platform
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -230,3 +231,43 @@ def usable_cpus() -> int:
     mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     quota = cpus().quota
     return max(1, min(mine, math.ceil(quota))) if quota else mine
+
+
+@functools.cache  # one machine's: read once per process, not once per job
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+    """The CPU's model name and flags (/proc/cpuinfo's first processor); empty where there is none."""
+    name, flags = "", frozenset[str]()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = frozenset(value.split())
+    except OSError:
+        pass
+    return name, flags
+
+
+# The x86 instructions with which ONNX Runtime's uint8 x int8 products add into 32 bits (MLAS: VPDPBUSD, AMX tiles).
+INT8_EXACT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_model() -> str:
+    """The CPU's model name and the int8 instruction sets ORT can use: said next to every latency."""
+    name, flags = _cpuinfo()
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    has = [flag for flag in ("avx512_vnni", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16") if flag in flags]
+    return f"{name} ({', '.join(has) if has else 'no VNNI/AMX'})"
+
+
+def int8_saturates() -> bool:
+    """Whether ONNX Runtime's uint8 x int8 products saturate here: x86 without VNNI or AMX.
+
+    There MLAS adds two products into an int16 (VPMADDUBSW) that an 8-bit weight can overflow. ARM's dot
+    products and VNNI add into 32 bits. An x86 CPU whose flags cannot be read counts as saturating.
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    return not set(INT8_EXACT_FLAGS) & _cpuinfo()[1]

@@ -40,7 +40,6 @@ import gc
 import itertools
 import math
 import os
-import platform
 import time
 import traceback
 from collections.abc import Callable
@@ -150,7 +149,7 @@ def benchmark(exported: ExportedModel, artifacts: list[Artifact], settings: Sett
     sessions, opened for their block and closed after it, on as many intra-op threads.
     Returns a Latency per artifact variant; one that could not be timed has its reason in ``note``.
     """
-    conditions = _Conditions(threads=settings.threads, cpu=cpu_model())
+    conditions = _Conditions(threads=settings.threads, cpu=node.cpu_model())
     try:
         steps = bench_cases(exported, settings)
     except Exception as exc:  # noqa: BLE001 - no inputs, no latency: every variant says why
@@ -428,22 +427,3 @@ def _load() -> float:
         return os.getloadavg()[0]
     except OSError:
         return 0.0
-
-
-@functools.cache  # one machine's: read once per process, not once per job
-def cpu_model() -> str:
-    """The CPU's model name and the int8 instruction sets ORT can use (/proc/cpuinfo): said next to every latency."""
-    name, flags = "", set[str]()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and not name:
-                    name = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    name = name or platform.processor() or platform.machine() or "unknown CPU"
-    has = [flag for flag in ("avx512_vnni", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16") if flag in flags]
-    return f"{name} ({', '.join(has) if has else 'no VNNI/AMX'})"

@@ -74,7 +74,7 @@ from typing import Any
 
 import onnx
 
-from .. import onnx_graph
+from .. import node, onnx_graph
 from ..errors import (
     FailureKind,
     ForkedError,
@@ -86,6 +86,8 @@ from ..errors import (
 )
 from ..records import STANDARD_FOLDER, Settings, variant_files
 from ..variants import REGISTRY, fp16, maker
+from ..variants.quantize import unsigned_twin
+from ..verify import generation
 from ..verify.runtime import ort_session, session_for
 from . import Artifact, Check, Component, ExportedModel, Verified
 from .forked import run_forked, step
@@ -525,23 +527,57 @@ def _checked(
     settings: Settings,
     check: Check | None,
 ) -> _Made:
-    """In the child: the graph ``make`` writes, opened in ONNX Runtime and checked against PyTorch when possible."""
+    """In the child: the graph ``make`` writes, opened in ONNX Runtime and checked against PyTorch when possible.
+
+    int8 weights on a CPU whose ONNX Runtime saturates their products are checked on the graph's uint8 twin:
+    the verdict is the graph's, the same on every node (:func:`zoo_convert.variants.quantize.unsigned_twin`).
+    """
     path, details = make()
-    verified = _verified(exported, component, variant, path, settings, check)
+    twin = details.get("weight_type") == "QInt8" and node.int8_saturates()
+    verified = _verified(exported, component, variant, path, settings, check, twin=twin)
+    if twin and verified is not None:
+        details = {**details, "verified_on": INT8_TWIN_NOTE}
     return _Made(path, {**details, **_contrib_details(path)}, verified)
 
 
+# Said in an int8 variant's details where this node checked its twin (and in the target's message where it ran it).
+INT8_TWIN_NOTE = (
+    "its uint8 twin (this CPU, x86 without VNNI or AMX, saturates int8 products in ONNX Runtime: "
+    "the twin computes the exact sums VNNI, AMX and ARM CPUs do; on such a CPU deploy uint8)"
+)
+
+
 def _verified(
-    exported: ExportedModel, component: Component, variant: str, path: Path, settings: Settings, check: Check | None
+    exported: ExportedModel,
+    component: Component,
+    variant: str,
+    path: Path,
+    settings: Settings,
+    check: Check | None,
+    *,
+    twin: bool = False,
 ) -> Verified | None:
     """verify's checks of one graph, in one session; just the session without references.
 
     A graph ONNX Runtime cannot load is an OptimizeError (the variant cannot be made); one it
-    loads but cannot run at some input is a Verified with that error.
+    loads but cannot run at some input is a Verified with that error. ``twin``: the checks run on
+    the graph's uint8 twin, written beside it in a folder of its own (never placed).
     """
     if _merged(component):
         step("onnx", f"making {path.name}'s branch outputs portable")
         onnx_graph.portable_branches(path)
+    files = {component.name: path}
+    if twin and check is not None and exported.cache.references_done:
+        try:
+            ort_session(path, threads=1)  # the graph itself must load: the twin answers for its numbers only
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            raise OptimizeError(f"{ORT} cannot load {path.name}: {_last_line(exc)}") from exc
+        files = {component.name: _twin(path)}
+        if component is generation.decoder(exported):  # generation encodes its prompt with the encoder placed before
+            for other in exported.components:
+                placed = exported.out_dir / "onnx" / variant_files(other.name, variant)[0]
+                if other is not component and placed.exists():
+                    files[other.name] = _twin(placed, path.parent / "uint8-twin" / other.name)
     step(ORT, f"loading {path.name}")
     if check is None or not exported.cache.references_done:
         try:
@@ -549,7 +585,7 @@ def _verified(
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             raise OptimizeError(f"{ORT} cannot load {path.name}: {_last_line(exc)}") from exc
         return None
-    artifact = Artifact(variant=variant, files={component.name: path})
+    artifact = Artifact(variant=variant, files=files)
     inherited = set(exported.cache.sessions)  # the parent's: never destroyed in a child (forked.py)
     try:
         session_for(exported, artifact, component, settings)
@@ -568,6 +604,15 @@ def _verified(
     finally:
         for key in set(exported.cache.sessions) - inherited:  # the one session of this graph, closed once checked
             del exported.cache.sessions[key]
+
+
+def _twin(path: Path, folder: Path | None = None) -> Path:
+    """The graph's uint8 twin, written in ``folder`` (``uint8-twin`` beside it): never placed, never published."""
+    step("onnx", f"writing {path.name}'s uint8 twin")
+    twinned = (folder or path.parent / "uint8-twin") / path.name
+    twinned.parent.mkdir(parents=True, exist_ok=True)
+    unsigned_twin(path, twinned, external=onnx_graph.data_path(path).exists())
+    return twinned
 
 
 def _last_line(exc: BaseException) -> str:

@@ -17,10 +17,10 @@ the source graph are kept (as ``quantize_dynamic`` does). An activation read by 
 MatMuls (Q, K and V) is quantized once.
 
 Activations are uint8 (dynamic quantization has no other); weights int8, symmetric
-over [-64, 64] (``quantize_dynamic``'s ``reduce_range``: no CPU without VNNI saturates
-its int8 products, see :func:`_params`), or uint8, asymmetric over [0, 255] (ORT's
-uint8 x uint8 kernels widen to 16 bits first: nothing to saturate); per output channel
-(MatMul, Gemm) or per tensor.
+over [-127, 127], or uint8, asymmetric over [0, 255]; per output channel (MatMul, Gemm)
+or per tensor. An int8 graph's integer sums are exact on CPUs with VNNI, AMX or ARM's dot
+products; x86 CPUs without them saturate some in ONNX Runtime's kernels, so such a node
+checks the graph's :func:`unsigned_twin` (see :func:`_params`).
 Conv weights and embedding tables are always per tensor (as ORT; ConvInteger takes one
 weight zero point), embeddings always uint8.
 
@@ -150,6 +150,46 @@ _INITIALIZER_FIELD = 5  # GraphProto.initializer
 _RAW_DATA_FIELD = 9  # TensorProto.raw_data
 # Initializers at least this large are left in the file and read by offset when needed.
 LAZY_BYTES = 64 * 1024
+
+
+# The inputs of the integer products that hold the weight and its zero point.
+_WEIGHT_INPUTS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3)}
+
+
+def unsigned_twin(src: Path, dst: Path, *, external: bool) -> int:
+    """Write ``src`` with every int8 weight of its integer products (and its zero point) as uint8, shifted by 128.
+
+    ``(w + 128) - (z + 128) = w - z``: every integer sum is the one the int8 graph defines, and the one
+    CPUs with VNNI, AMX or ARM's dot products compute for it. ONNX Runtime's uint8 x uint8 kernels widen
+    to 16 bits before they add; its uint8 x int8 kernels on x86 without VNNI add two products into an
+    int16 that saturates. So a node without VNNI checks this twin to get the int8 graph's verdict (and
+    times the int8 graph itself). Returns how many weights it shifted.
+    """
+    model = onnx.load(str(src))  # the int8 graph with its weights: a quarter of the fp32 one
+    weights: set[str] = set()
+    others: set[str] = set()
+    for sub in onnx_graph.graphs(model.graph):
+        for node in sub.node:
+            slots = _WEIGHT_INPUTS.get(node.op_type, ())
+            for i, name in enumerate(node.input):
+                (weights if i in slots else others).add(name)
+    shifted: set[str] = set()
+    for sub in onnx_graph.graphs(model.graph):
+        for tensor in sub.initializer:
+            if tensor.name in weights and tensor.data_type == TensorProto.INT8:
+                if tensor.name in others:
+                    raise QuantizeError(f"{src.name}: int8 weight {tensor.name!r} is also read as an activation")
+                flipped = numpy_helper.to_array(tensor).view(np.uint8) ^ np.uint8(0x80)  # + 128, two's complement
+                tensor.CopyFrom(numpy_helper.from_array(flipped, tensor.name))
+                shifted.add(tensor.name)
+    for sub in onnx_graph.graphs(model.graph):
+        for node in sub.node:
+            if node.op_type in _WEIGHT_INPUTS and node.input[1] in shifted and (len(node.input) < 4 or not node.input[3]):
+                zero = f"{node.output[0]}_twin_zero_point"  # an absent zero point is 0: 128 once shifted
+                sub.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), zero))
+                node.input.extend([""] * (3 - len(node.input)) + [zero])
+    onnx_graph.save(model, dst, external=external)
+    return len(shifted)
 
 
 def load_lazily(path: Path) -> onnx.ModelProto:
@@ -393,11 +433,12 @@ def _params(lo: np.ndarray, hi: np.ndarray, qtype: int, symmetric: bool) -> tupl
     if symmetric:
         absmax = np.maximum(np.abs(lo), np.abs(hi))
         lo, hi = -absmax, absmax
-        # 7 bits: ORT's reduce_range. Before VNNI, x86's int8 product (VPMADDUBSW, ONNX Runtime's U8S8 kernels on
-        # AVX2 and AVX-512) adds two uint8 x int8 products into an int16 that saturates: at [-127, 127] the t5, pegasus,
-        # dinov2 ... of the zoo failed int8 verify on an AVX2 EPYC (cosine 0.96) and passed on a VNNI one. At 64,
-        # 2 x 255 x 64 = 32,640 fits: the same outputs on every CPU.
-        qmin, qmax = -64, 64
+        # 8 bits, as quantize_dynamic without reduce_range. Its 7 bits ([-64, 64]) fit the int16 in which x86's int8
+        # product before VNNI (VPMADDUBSW, ONNX Runtime's U8S8 kernels on AVX2 and AVX-512) adds two uint8 x int8
+        # products, but cost real weights their accuracy (all-MiniLM-L6-v2 on real text: cosine 0.823 min against
+        # 0.934 at 8 bits, docs/benchmarks.md); every CPU deployed to now has VNNI, AMX or ARM's dot products, exact
+        # at 8 bits, and the uint8 variant serves the older ones.
+        qmin, qmax = -127, 127
     else:
         qmin, qmax = (0, 255) if qtype == TensorProto.UINT8 else (-128, 127)
     scale = (hi.astype(np.float64) - lo.astype(np.float64)) / float(qmax - qmin)
