@@ -286,7 +286,7 @@ def part2(model: RealModel, ckpt: Path, work: Path, sides: dict[str, Side], thre
         for side in ("ours int8", "optimum int8"):
             twin = work / "exact" / side.replace(" ", "-") / "model.onnx"
             twin.parent.mkdir(parents=True, exist_ok=True)
-            unsigned_twin(artifacts[side], twin, external=(artifacts[side].parent / f"{artifacts[side].name}_data").exists())
+            unsigned_twin(artifacts[side], twin)
             artifacts[f"{side} exact"] = twin
     spec = work / "latency.json"
     spec.write_text(json.dumps({"model_dir": str(ckpt), "task": model.task, "threads": threads, "rounds": rounds,

@@ -140,7 +140,7 @@ def test_uint8_twin_computes_the_int8_graphs_exact_sums(tmp_path: Path, external
         onnx_graph.save(onnx.load(str(graph)), graph, external=True)
     (tmp_path / "twin").mkdir()
     exact = a @ (np.ones((512, 3), np.float32) * np.array([1.0, -1.0, 0.5], np.float32))
-    assert unsigned_twin(graph, tmp_path / "twin" / "int8.onnx", external=external) == 2  # the weight and its zero point
+    assert unsigned_twin(graph, tmp_path / "twin" / "int8.onnx") == 2  # the weight and its zero point
     assert onnx_graph.data_path(tmp_path / "twin" / "int8.onnx").exists() == external
     weights, twins = _initializers(graph), _initializers(tmp_path / "twin" / "int8.onnx")
     assert twins["w_quantized"].dtype == np.uint8

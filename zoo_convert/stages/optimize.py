@@ -611,7 +611,7 @@ def _twin(path: Path, folder: Path | None = None) -> Path:
     step("onnx", f"writing {path.name}'s uint8 twin")
     twinned = (folder or path.parent / "uint8-twin") / path.name
     twinned.parent.mkdir(parents=True, exist_ok=True)
-    unsigned_twin(path, twinned, external=onnx_graph.data_path(path).exists())
+    unsigned_twin(path, twinned)
     return twinned
 
 

@@ -156,16 +156,19 @@ LAZY_BYTES = 64 * 1024
 _WEIGHT_INPUTS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3)}
 
 
-def unsigned_twin(src: Path, dst: Path, *, external: bool) -> int:
+def unsigned_twin(src: Path, dst: Path) -> int:
     """Write ``src`` with every int8 weight of its integer products (and its zero point) as uint8, shifted by 128.
 
     ``(w + 128) - (z + 128) = w - z``: every integer sum is the one the int8 graph defines, and the one
     CPUs with VNNI, AMX or ARM's dot products compute for it. ONNX Runtime's uint8 x uint8 kernels widen
     to 16 bits before they add; its uint8 x int8 kernels on x86 without VNNI add two products into an
     int16 that saturates. So a node without VNNI checks this twin to get the int8 graph's verdict (and
-    times the int8 graph itself). Returns how many weights it shifted.
+    times the int8 graph itself). Returns how many tensors it shifted.
+
+    The twin keeps the source's layout: external data is copied to ``<dst>_data`` a block at a time, shifted
+    where an int8 weight lies (same offsets), so a model of any size costs one block of memory.
     """
-    model = onnx.load(str(src))  # the int8 graph with its weights: a quarter of the fp32 one
+    model = onnx.load(str(src), load_external_data=False)
     weights: set[str] = set()
     others: set[str] = set()
     for sub in onnx_graph.graphs(model.graph):
@@ -174,22 +177,58 @@ def unsigned_twin(src: Path, dst: Path, *, external: bool) -> int:
             for i, name in enumerate(node.input):
                 (weights if i in slots else others).add(name)
     shifted: set[str] = set()
+    ranges: dict[str, list[tuple[int, int]]] = {}  # data file -> (offset, length) of the bytes to shift
     for sub in onnx_graph.graphs(model.graph):
         for tensor in sub.initializer:
-            if tensor.name in weights and tensor.data_type == TensorProto.INT8:
-                if tensor.name in others:
-                    raise QuantizeError(f"{src.name}: int8 weight {tensor.name!r} is also read as an activation")
+            if tensor.name not in weights or tensor.data_type != TensorProto.INT8:
+                continue
+            if tensor.name in others:
+                raise QuantizeError(f"{src.name}: int8 weight {tensor.name!r} is also read as an activation")
+            if _external(tensor):
+                info = onnx.external_data_helper.ExternalDataInfo(tensor)
+                size = info.length or int(np.prod(tensor.dims, dtype=np.int64))
+                ranges.setdefault(info.location, []).append((info.offset or 0, size))
+            else:
                 flipped = numpy_helper.to_array(tensor).view(np.uint8) ^ np.uint8(0x80)  # + 128, two's complement
                 tensor.CopyFrom(numpy_helper.from_array(flipped, tensor.name))
-                shifted.add(tensor.name)
+            tensor.data_type = TensorProto.UINT8
+            shifted.add(tensor.name)
     for sub in onnx_graph.graphs(model.graph):
         for node in sub.node:
             if node.op_type in _WEIGHT_INPUTS and node.input[1] in shifted and (len(node.input) < 4 or not node.input[3]):
                 zero = f"{node.output[0]}_twin_zero_point"  # an absent zero point is 0: 128 once shifted
                 sub.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), zero))
                 node.input.extend([""] * (3 - len(node.input)) + [zero])
-    onnx_graph.save(model, dst, external=external)
+    source = _Source(src)
+    moved: dict[str, str] = {}  # the source's data files -> the twin's
+    for tensor in onnx_graph.tensors(model.graph):
+        if _external(tensor):
+            location = onnx.external_data_helper.ExternalDataInfo(tensor).location
+            if location not in moved:
+                source.check(location)
+                moved[location] = onnx_graph.data_path(dst).name + (f".{len(moved)}" if moved else "")
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = moved[location]
+    onnx_graph.save(model, dst, external=False)  # inline weights streamed; external tensors stay references
+    for location, twin in moved.items():
+        _copy_shifted(source.check(location), dst.with_name(twin), ranges.get(location, []))
+    onnx_graph.read_back(dst, "unsigned_twin")
     return len(shifted)
+
+
+def _copy_shifted(src: Path, dst: Path, ranges: list[tuple[int, int]]) -> None:
+    """Copy a data file a block at a time, adding 128 (mod 256) to the bytes of ``ranges``."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        at = 0
+        while chunk := fin.read(BLOCK_BYTES):
+            block = np.frombuffer(bytearray(chunk), np.uint8)
+            for offset, length in ranges:
+                lo, hi = max(offset, at), min(offset + length, at + len(block))
+                if lo < hi:
+                    block[lo - at : hi - at] ^= np.uint8(0x80)
+            fout.write(block.data)
+            at += len(block)
 
 
 def load_lazily(path: Path) -> onnx.ModelProto:
