@@ -2,6 +2,9 @@
 
 **Versions** (:func:`toolchain_versions`) are part of every result and of every job's cache key.
 
+**The CPU** (:func:`cpu_model`): named with its int8 instruction sets beside every latency; where ONNX Runtime
+saturates int8 products (:func:`int8_saturates`), verify checks an int8 graph on its uint8 twin.
+
 **CPUs.** In a container the host's own figures mislead. ``os.cpu_count()`` and the first line of
 ``/proc/stat`` count every CPU of the host, while the container runs on a cpuset (``docker
 --cpuset-cpus``, Kubernetes' static CPU manager) or under a CPU quota (``docker --cpus``, a pod's

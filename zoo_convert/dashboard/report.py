@@ -29,7 +29,8 @@ def summary(result: ConversionResult) -> str:
     for v in result.variants:
         cells = [f"  {v.variant:<5} {v.status:<6}"]
         if v.max_abs is not None:
-            cells.append(f"max_abs={v.max_abs:.2e} cos={v.min_cosine:.5f}")
+            twin = any("verified_on" in c for c in v.optimizer.get("components", {}).values())
+            cells.append(f"max_abs={v.max_abs:.2e} cos={v.min_cosine:.5f}" + (" (its exact sums, on a uint8 twin)" if twin else ""))
         if v.generation_steps:
             match = f"{v.generation_token_match:.0%}" if v.generation_token_match is not None else "-"
             cells.append(f"generate {v.generation_steps} steps max_abs={v.generation_max_abs:.2e} tokens={match}")

@@ -540,7 +540,7 @@ def _checked(
     return _Made(path, {**details, **_contrib_details(path)}, verified)
 
 
-# Said in an int8 variant's details where this node checked its twin (and in the target's message where it ran it).
+# Said in an int8 variant's details where this node checked its twin (targets.SATURATES where a target ran the graph).
 INT8_TWIN_NOTE = (
     "its uint8 twin (this CPU, x86 without VNNI or AMX, saturates int8 products in ONNX Runtime: "
     "the twin computes the exact sums VNNI, AMX and ARM CPUs do; on such a CPU deploy uint8)"
@@ -566,6 +566,7 @@ def _verified(
     if _merged(component):
         step("onnx", f"making {path.name}'s branch outputs portable")
         onnx_graph.portable_branches(path)
+    step(ORT, f"loading {path.name}")
     files = {component.name: path}
     if twin and check is not None and exported.cache.references_done:
         try:
@@ -578,7 +579,7 @@ def _verified(
                 placed = exported.out_dir / "onnx" / variant_files(other.name, variant)[0]
                 if other is not component and placed.exists():
                     files[other.name] = _twin(placed, path.parent / "uint8-twin" / other.name)
-    step(ORT, f"loading {path.name}")
+        step(ORT, f"loading {path.name}'s uint8 twin")
     if check is None or not exported.cache.references_done:
         try:
             ort_session(path, threads=1)

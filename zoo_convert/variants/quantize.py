@@ -475,8 +475,8 @@ def _params(lo: np.ndarray, hi: np.ndarray, qtype: int, symmetric: bool) -> tupl
         # 8 bits, as quantize_dynamic without reduce_range. Its 7 bits ([-64, 64]) fit the int16 in which x86's int8
         # product before VNNI (VPMADDUBSW, ONNX Runtime's U8S8 kernels on AVX2 and AVX-512) adds two uint8 x int8
         # products, but cost real weights their accuracy (all-MiniLM-L6-v2 on real text: cosine 0.823 min against
-        # 0.934 at 8 bits, docs/benchmarks.md); every CPU deployed to now has VNNI, AMX or ARM's dot products, exact
-        # at 8 bits, and the uint8 variant serves the older ones.
+        # 0.934 at 8 bits, docs/benchmarks.md). With VNNI (Cascade Lake, Zen 4 and later), AMX or ARM's dot products
+        # the sums are exact at 8 bits; a node without checks the graph's unsigned_twin, and uint8 serves such CPUs.
         qmin, qmax = -127, 127
     else:
         qmin, qmax = (0, 255) if qtype == TensorProto.UINT8 else (-128, 127)
