@@ -118,8 +118,7 @@ def test_threads_drawing_from_one_budget_meet_the_limit_without_a_429(hub: HubSe
 
 @pytest.mark.slow
 def test_a_429_pauses_every_thread_and_the_refused_request_is_sent_again(hub: HubServer) -> None:
-    limits = HubLimits(api=20, window_s=2.0)
-    hub_budget.install(LocalGovernor(limits))
+    hub_budget.install(LocalGovernor(HubLimits(api=20, window_s=2.0)))
     hub.fail_next(r"^/api/models/", 429, retry_after=1.0)
     _, errors = _model_infos(hub, 16, threads=4, gap_s=0.15)  # unpaused, the calls would go on every 0.15 s
     assert errors == []
