@@ -11,6 +11,7 @@ import onnx
 import pytest
 import torch
 
+from zoo_convert import onnx_graph
 from zoo_convert.job import ModuleState
 from zoo_convert.errors import CheckError, ExportError, FailureKind, UnsafeCheckpointError
 from zoo_convert.records import ManifestEntry, Settings
@@ -501,3 +502,45 @@ def test_a_graphs_dynamic_axes_are_fixed_in_a_child_while_the_next_graph_is_expo
     graph = onnx.load(str(merged.path), load_external_data=False)
     named = {d.dim_param for o in graph.graph.output for d in o.type.tensor_type.shape.dim if d.dim_param}
     assert named and named <= declared, named - declared
+
+
+@pytest.mark.parametrize(("name", "task", "exporter"), [
+    ("whisper", "automatic-speech-recognition-with-past", "optimum"),
+    ("bart", "text2text-generation-with-past", "torch"),
+])  # fmt: skip
+def test_the_decoders_merge_into_optimums_graph_with_optimums_flags(
+    zoo_dir: Path, checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, task: str, exporter: str
+) -> None:
+    # The merge is ours (optimum's costs 2-3x more at real size): given the decoders the export wrote, it must write
+    # optimum's merged graph to the byte (both in this process: optimum names the shared weights in set order) and
+    # leave the configs and file list as optimum's post-processing does, for both exporters' decoders.
+    import copy
+
+    from zoo_convert.exporters import merge
+
+    compared: list[str] = []
+    ours = merge.post_process
+
+    def side_by_side(main_config, onnx_dir: Path, parts, subpaths):
+        theirs_dir = tmp_path / "theirs"
+        shutil.copytree(onnx_dir, theirs_dir)
+        theirs_parts = {key: (module, copy.copy(config)) for key, (module, config) in parts.items()}
+        theirs = main_config.post_process_exported_models(theirs_dir, theirs_parts, list(subpaths))
+        got = ours(main_config, onnx_dir, parts, subpaths)
+        assert [str(p) for p in got[1]] == [str(p) for p in theirs[1]]
+        flags = ("is_merged", "use_cache_branch", "use_past_in_inputs")
+        for key in parts:
+            assert [getattr(got[0][key][1], f, None) for f in flags] == [getattr(theirs[0][key][1], f, None) for f in flags]
+        mine, optimums = onnx_dir / "decoder_model_merged.onnx", theirs_dir / "decoder_model_merged.onnx"
+        assert mine.read_bytes() == optimums.read_bytes()
+        assert not onnx_graph.data_path(mine).exists()  # inside the file, as optimum writes it
+        compared.append(mine.name)
+        return got
+
+    monkeypatch.setattr(merge, "post_process", side_by_side)
+    ckpt = checkpoint(zoo_dir / name, task)
+    exported = export(ckpt, ManifestEntry(source=str(ckpt.path), exporter=exporter), Settings(), tmp_path / name)
+    assert compared == ["decoder_model_merged.onnx"]
+    merged = next(c for c in exported.components if c.name == "decoder_model_merged")
+    assert merged.onnx_config.is_merged and merged.onnx_config.use_cache_branch
+    check(exported)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import onnx_graph
 from ..errors import ExportError, FailureKind, UnsafeCheckpointError, ZooConvertError, first_line, is_our_bug
-from ..exporters import diffusion, generic, torch_onnx, torch_seq2seq
+from ..exporters import diffusion, generic, merge, torch_onnx, torch_seq2seq
 from ..job import ModuleState
 from ..records import EXPORTERS, MAX_OPSET, MIN_OPSET, ManifestEntry, Settings
 from ..sources import open_regular, sentence_transformers_files, side_files
@@ -687,11 +687,12 @@ def _post_processed(
 ) -> list[Component]:
     """optimum's post-processing of the graphs written (an encoder-decoder's decoders merged), one Component per file.
 
-    Both exporters' encoder-decoders come through here. The last (module, config) per file wins:
+    The merge is optimum's graph made at less cost (:mod:`zoo_convert.exporters.merge`). Both exporters'
+    encoder-decoders come through here. The last (module, config) per file wins:
     for a merged decoder that is the with-past branch, and verify derives the no-past branch
     from it; the two unmerged decoders are deleted.
     """
-    parts, subpaths = main_config.post_process_exported_models(onnx_dir, parts, subpaths)
+    parts, subpaths = merge.post_process(main_config, onnx_dir, parts, subpaths)
     by_file: dict[str, tuple[Any, Any]] = {}
     for (module, config), sub in zip(parts.values(), subpaths):
         by_file[str(sub)] = (module, config)
