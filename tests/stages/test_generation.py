@@ -207,3 +207,35 @@ def test_every_zoo_model_with_past_generates_as_pytorch_does(with_past, name: st
     gen = artifact.verified[dec.name].generation
     assert gen is not None and gen.note is None, gen
     assert gen.steps == 16 and all(c.passed for c in gen.checks) and gen.token_match == 1.0
+
+
+@pytest.mark.parametrize("name", ["whisper", "t5"])
+def test_the_encoders_check_hands_its_decoder_the_prompts_encoding(with_past, name: str) -> None:
+    """optimize passes the encoder's own encoding of the prompt on to the decoder's children (``Verified.encoded`` ->
+    ``RuntimeCache.encoded``), so they open the encoder no more: it must be the encoding generation makes itself
+    (whisper's out of verify's batch-1 case, t5's text prompt run once more), and the decoder must generate from it."""
+    from zoo_convert.verify.runtime import session_for
+
+    ex = with_past(name)
+    generation.reference(ex, SETTINGS)
+    enc, dec = ex.components
+    art = _fp32(ex)
+    encoded = verify_stage.check(ex, art, enc, SETTINGS).encoded
+    assert encoded is not None and verify_stage.check(ex, art, dec, SETTINGS).encoded is None
+    prompt = ex.cache.generation.reference.encoder_feed
+    want = generation.encode_prompt(session_for(ex, art, enc, SETTINGS), prompt, dec)
+    assert encoded.keys() == want.keys()
+    for key, value in want.items():
+        np.testing.assert_array_equal(encoded[key], value)
+    if name == "whisper":  # its prompt is verify's batch-1 case of the encoder: taken from that run
+        assert any(np.array_equal(case.feed["input_features"], prompt["input_features"])
+                   for case, _ in verify_stage.cases_of(ex, enc, SETTINGS))  # fmt: skip
+    fresh = verify_stage.check(ex, art, dec, SETTINGS).generation
+    try:
+        ex.cache.encoded["fp32"] = encoded
+        assert verify_stage.check(ex, art, dec, SETTINGS).generation == fresh
+        # It is read, not recomputed: another encoding generates otherwise.
+        ex.cache.encoded["fp32"] = {**encoded, "encoder_hidden_states": encoded["encoder_hidden_states"] * 0.5}
+        assert verify_stage.check(ex, art, dec, SETTINGS).generation != fresh
+    finally:
+        ex.cache.encoded.clear()

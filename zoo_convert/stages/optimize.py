@@ -43,7 +43,8 @@ fp32's candidates are each made in one child and checked in another, and fp16 is
 a candidate while it is checked (kept when fp32 keeps that candidate). A job runs as many
 children at once as it has threads (:func:`_lanes`): a farm job one, ``convert`` on a machine
 of its own its CPUs (int8 beside fp32, fp16 beside fp32's check). Components go one after the
-other: a decoder's generation check reads the encoder's variant where it ships; where a component's
+other: a decoder's generation check reads the encoder's variant where it ships (its encoding of the prompt, which
+the encoder's own check made: ``RuntimeCache.encoded``); where a component's
 children leave a CPU idle (fp32 alone on 2), the next one's first fp32 candidate is made meanwhile (it
 needs nothing of the one before: whisper-tiny's decoder, 0.25 s of a 2.9 s stage at real size).
 
@@ -253,7 +254,7 @@ def optimize(
         components = list(exported.components)
         early: Future[_Early | None] | None = None  # this component's first fp32 candidate, made ahead
         # One component after the other: a decoder's generation check encodes its prompt with the encoder's
-        # variant where it ships (verify.generation).
+        # variant where it ships (verify.generation), or takes that encoding from the encoder's own check.
         for at, component in enumerate(components):
             lanes = _lanes(settings, _alone(component.path, settings), len(_first(variants)) + ("fp16" in variants))
             lane = replace(settings, threads=max(1, settings.threads // lanes))  # each child's share of the threads
@@ -265,6 +266,10 @@ def optimize(
                                   made_ahead)  # fmt: skip
             _place(component, made, variants, settings)
             for variant, part in made.items():
+                if part.verified is not None and part.verified.encoded is not None:
+                    if part.path is not None:  # the encoder as it ships: its decoder's children take its encoding
+                        exported.cache.encoded[variant] = part.verified.encoded
+                    part.verified = replace(part.verified, encoded=None)
                 part.details["children_at_once"] = lanes  # its seconds ran beside the others' when more than one
                 art = artifacts[variant]
                 art.details["components"][component.name] = part.details
@@ -574,7 +579,9 @@ def _verified(
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             raise OptimizeError(f"{ORT} cannot load {path.name}: {_last_line(exc)}") from exc
         files = {component.name: _twin(path)}
-        if component is generation.decoder(exported):  # generation encodes its prompt with the encoder placed before
+        # Generation encodes its prompt with the encoder placed before, unless that encoder's check (on its twin)
+        # encoded it already.
+        if component is generation.decoder(exported) and variant not in exported.cache.encoded:
             for other in exported.components:
                 placed = exported.out_dir / "onnx" / variant_files(other.name, variant)[0]
                 if other is not component and placed.exists():

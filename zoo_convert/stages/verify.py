@@ -128,13 +128,22 @@ def check(exported: ExportedModel, artifact: Artifact, comp: Component, settings
     tol = _tolerance(settings, artifact.variant)
     t0 = time.perf_counter()
     checks: list[OutputCheck] = []
+    prompt = generation.prompt_feed(exported, comp)  # where comp is the encoder the decoder's generation reads
+    encoded = None
     for case_comp, case, _ in _cases(exported, settings, only=comp):
-        for name, ort_value in _run_ort(session_for(exported, artifact, case_comp, settings), case, case_comp).items():
+        session = session_for(exported, artifact, case_comp, settings)
+        outputs = _run_ort(session, case, case_comp)
+        for name, ort_value in outputs.items():
             output = _recorded(exported, case_comp, name)
             checks.append(compare(output, case.label, case.reference[name], ort_value, tol, keep=case.keep.get(name)))
+        if prompt is not None and encoded is None:
+            encoded = generation.encoded_from(session, prompt, case.feed, outputs)
+    if prompt is not None and encoded is None:
+        with contextlib.suppress(VerifyError):  # the decoder's check tries again, and fails with the reason
+            encoded = generation.encode_prompt(session_for(exported, artifact, comp, settings), prompt, comp)
     generated = generation.check(exported, artifact, comp, settings, tol)
     checks += generated.checks if generated is not None else ()
-    return Verified(tuple(checks), round(time.perf_counter() - t0, 4), generation=generated)
+    return Verified(tuple(checks), round(time.perf_counter() - t0, 4), generation=generated, encoded=encoded)
 
 
 def verify(exported: ExportedModel, artifact: Artifact, settings: Settings) -> tuple[OutputCheck, ...]:
