@@ -390,7 +390,8 @@ def test_encoder_decoder_every_component_every_variant(exports, tmp_path: Path) 
 
 
 def test_variants_made_side_by_side_are_the_graphs_made_one_at_a_time(exports, tmp_path: Path) -> None:
-    """A job with two threads makes int8 beside fp32 (then fp16): the same graphs as one child at a time."""
+    """A job with two threads makes int8 beside fp32 (then fp16, on both threads): the same graphs as one child at a
+    time."""
     names = ("encoder_model", "decoder_model_merged")
     made = {}
     for threads in (1, 2):
@@ -405,6 +406,9 @@ def test_variants_made_side_by_side_are_the_graphs_made_one_at_a_time(exports, t
         parts = {t: made[t][variant].details["components"] for t in (1, 2)}
         assert [p["children_at_once"] for p in parts[1].values()] == [1, 1]
         assert [p["children_at_once"] for p in parts[2].values()] == [2, 2]
+        # fp16 begins once fp32's or int8's child is done: it is checked on both threads, they on one each.
+        assert [p["threads"] for p in parts[1].values()] == [1, 1]
+        assert [p["threads"] for p in parts[2].values()] == [2 if variant == "fp16" else 1] * 2
         assert [p.get("method") for p in parts[1].values()] == [p.get("method") for p in parts[2].values()]
 
 

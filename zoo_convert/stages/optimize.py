@@ -42,7 +42,8 @@ crash go with the child. The job's process holds one weightless graph per compon
 fp32's candidates are each made in one child and checked in another, and fp16 is begun from
 a candidate while it is checked (kept when fp32 keeps that candidate). A job runs as many
 children at once as it has threads (:func:`_lanes`): a farm job one, ``convert`` on a machine
-of its own its CPUs (int8 beside fp32, fp16 beside fp32's check). Components go one after the
+of its own its CPUs (int8 beside fp32, fp16 beside fp32's check; a child begun once another is done checks on
+every thread of the job). Components go one after the
 other: a decoder's generation check reads the encoder's variant where it ships (its encoding of the prompt, which
 the encoder's own check made: ``RuntimeCache.encoded``); where a component's
 children leave a CPU idle (fp32 alone on 2), the next one's first fp32 candidate is made meanwhile (it
@@ -64,6 +65,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter
@@ -333,17 +335,21 @@ def _component(
         if "fp16" in variants:
             out = work["fp16"] / method / final["fp16"].name
             out.parent.mkdir(exist_ok=True)
-            fp16s[source] = pool.submit(_fp16_of, exported, component, source, method, out, external, lane, check)
+            fp16s[source] = pool.submit(trailing.run, functools.partial(
+                _fp16_of, exported, component, source, method, out, external, check=check))  # fmt: skip
 
+    trailing = _Trailing(lane, settings)
     started: dict[str, Future[_Made]] = {}
     for variant in _first(variants):  # fp32 first: the longest way, through fp16
         if variant == "fp32":
-            started[variant] = pool.submit(_fp32, exported, component, work["fp32"], external, lane, check, fp16_from, early)
+            started[variant] = pool.submit(trailing.run, lambda threads: _fp32(
+                exported, component, work["fp32"], external, threads, check, fp16_from, early))  # fmt: skip
         else:
             spec = REGISTRY[variant]
             quantize = functools.partial(maker(spec), plain, work[variant] / final[variant].name, external, **spec.options)
-            make = functools.partial(_checked, exported, component, variant, quantize, lane, check)
-            started[variant] = pool.submit(_guarded, variant, make, settings)
+            make = functools.partial(_checked, exported, component, variant, quantize)
+            started[variant] = pool.submit(trailing.run, lambda threads, v=variant, make=make: _guarded(  # type: ignore[misc]
+                v, functools.partial(make, threads, check), settings))  # fmt: skip
     made: dict[str, _Made] = {}
     if "fp32" in started:
         try:
@@ -373,6 +379,32 @@ def _component(
     for variant, job in standards.items():
         _add_standard(made[variant], job.result(), settings)
     return made
+
+
+class _Trailing:
+    """Which threads a variant's child of one graph gets: its lane's share, or every thread of the job where it starts
+    after another of the graph's children is done.
+
+    On 2 CPUs three children share two lanes: the third (fp16, begun once int8 is done) checked on one thread ran on
+    with the other CPU idle once fp32's check was done (whisper-tiny: 4-5 s of each graph's). On every thread it
+    shares the CPUs with the one still running for a while, then has them both.
+    """
+
+    def __init__(self, lane: Settings, job: Settings) -> None:
+        self._lane, self._job = lane, job
+        self._lock = threading.Lock()
+        self._done = 0
+
+    def run(self, make: Callable[[Settings], _Made]) -> _Made:
+        with self._lock:
+            settings = self._job if self._done else self._lane
+        try:
+            made = make(settings)
+        finally:
+            with self._lock:
+                self._done += 1
+        made.details.setdefault("threads", settings.threads)
+        return made
 
 
 def _first(variants: tuple[str, ...]) -> list[str]:
@@ -496,7 +528,7 @@ def _lanes(settings: Settings, alone: bool, jobs: int) -> int:
     A farm job has one thread (the farm packs one job per CPU): one child at a time. ``convert`` on a machine of
     its own has its CPUs, as optimum-cli uses them: on 2 CPUs int8 is made beside fp32, fp16 beside fp32's check
     (each child is mostly one Python thread converting a graph; its ONNX Runtime session gets its share of the
-    threads). ``alone``:
+    threads, or all of them where it starts once another child of the graph is done: :class:`_Trailing`). ``alone``:
     one child at a time (a graph over the external-data threshold, which each child would hold a copy of, is one).
     """
     return 1 if alone else max(1, min(settings.threads, jobs))
@@ -504,7 +536,7 @@ def _lanes(settings: Settings, alone: bool, jobs: int) -> int:
 
 def _fp16_of(
     exported: ExportedModel, component: Component, source: Path, method: str, out: Path, external: bool,
-    settings: Settings, check: Check | None,
+    settings: Settings, *, check: Check | None,
 ) -> _Made:
     """In a child: fp16 of the fp32 graph ``source`` (made by ``method``); where the child died on it, the plain export's,
     in a child of its own."""
