@@ -7,7 +7,7 @@ graph: every weight converted to a numpy array and hashed with SHA-512 to find t
 serialized once for ``onnx.checker.check_model`` (the check stage runs the full checker on the file next) and once
 more to save it. :func:`merge_decoders` makes the same graph (the same bytes: tests/stages/test_export.py compares it
 with optimum's) from optimum's own steps, with those three replaced: the weights' bytes hashed as they are stored
-(SHA-256, which this CPU's SHA extensions run at ~1.3 GB/s), no checker (:mod:`zoo_convert.stages.check`), and the
+(SHA-256: ~1.3 GB/s on the AMD EPYC it was measured on, OpenSSL using its SHA extensions), no checker (:mod:`zoo_convert.stages.check`), and the
 file written by :func:`zoo_convert.onnx_graph.save`, which never copies the weights into one buffer.
 
 :func:`post_process` is optimum's ``post_process_exported_models`` of an encoder-decoder with this merge, and
@@ -68,6 +68,8 @@ def merge_decoders(decoder: Path, with_past: Path, out: Path, *, strict: bool = 
     some out, when not ``strict``), the weights equal in both graphs shared at the top level under one new name,
     scalars and int64 shapes kept in their branch.
     """
+    # optimum-onnx's own private steps (the pinned 0.1.0): a version that changes them fails the test that compares
+    # this merge's file with optimum's byte for byte.
     from optimum.onnx.transformations_utils import (
         _create_name_sharing_dict,
         _get_all_inputs,
