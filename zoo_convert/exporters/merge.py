@@ -7,8 +7,9 @@ graph: every weight converted to a numpy array and hashed with SHA-512 to find t
 serialized once for ``onnx.checker.check_model`` (the check stage runs the full checker on the file next) and once
 more to save it. :func:`merge_decoders` makes the same graph (the same bytes: tests/stages/test_export.py compares it
 with optimum's) from optimum's own steps, with those three replaced: the weights' bytes hashed as they are stored
-(SHA-256: ~1.3 GB/s on the AMD EPYC it was measured on, OpenSSL using its SHA extensions), no checker (:mod:`zoo_convert.stages.check`), and the
-file written by :func:`zoo_convert.onnx_graph.save`, which never copies the weights into one buffer.
+(SHA-256: ~1.3 GB/s on the AMD EPYC it was measured on, OpenSSL using its SHA extensions), no checker
+(:mod:`zoo_convert.stages.check`), and the file written by :func:`zoo_convert.onnx_graph.save`, which never copies
+the weights into one buffer.
 
 :func:`post_process` is optimum's ``post_process_exported_models`` of an encoder-decoder with this merge, and
 optimum's own for every other config.
