@@ -91,8 +91,12 @@ class Side:
 
     label: str
     runs: list[Measured] = field(default_factory=list)
-    result: dict | None = None
     results: list[dict | None] = field(default_factory=list)  # each run's result.json, in run order
+
+    @property
+    def result(self) -> dict | None:
+        """The last run's result.json that was written."""
+        return next((r for r in reversed(self.results) if r is not None), None)
 
     @property
     def latency_apart(self) -> tuple[float, float]:
@@ -181,7 +185,6 @@ def run_side(side: Side, cmd: list[str], out: Path, logs: Path, env: dict[str, s
     m = measure(cmd, logs / f"{side.label.replace(' ', '-')}-{len(side.runs) + 1}.log", env)
     side.runs.append(m)
     found = sorted(out.rglob("result.json"))
-    side.result = json.loads(found[0].read_text()) if found else side.result
     side.results.append(json.loads(found[0].read_text()) if found else None)
     print(f"  {side.label:10} exit {m.rc}  wall {m.wall_s:6.1f} s  cpu {m.cpu_s:6.1f} s (kernel {m.sys_s:5.1f} s,"
           f" {m.minor_faults / 1e6:.2f} M page faults)  peak {m.peak_bytes / GB:5.2f} GB"

@@ -171,9 +171,10 @@ class RuntimeCache:
         ahead: PyTorch's outputs per case and branch, computed beside the export (:func:`zoo_convert.stages.verify.references_ahead`).
         generation_ahead: PyTorch's greedy generation computed there too, until the job's generation takes it.
         torch_only: this is that child: cases are PyTorch's side alone, into ``ahead`` (no graph exists yet).
-        encoded: by variant, the generation prompt's encoding by that variant's encoder graph as it ships, from that
-            graph's own check (``Verified.encoded``): its decoder's generation check takes it instead of opening the
-            encoder again (whisper-tiny: a session and 1.1 s of one CPU a variant, at 30 s of audio).
+        encoded: by the encoder graph's path where it ships, the generation prompt's encoding, from that graph's own
+            check (``Verified.encoded``): a decoder's generation check that reads that graph takes it instead of
+            opening it again (whisper-tiny: a session and 1.1 s of one CPU a variant, at 30 s of audio); keyed by
+            the file, so a check handed another encoder graph encodes with that one.
     """
 
     sessions: dict[SessionKey, InferenceSession] = field(default_factory=dict)
@@ -189,7 +190,7 @@ class RuntimeCache:
     ahead: dict[tuple[CaseKey, Branch], Ahead] = field(default_factory=dict)
     generation_ahead: GenerationAhead | None = None
     torch_only: bool = False
-    encoded: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    encoded: dict[Path, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -381,7 +382,7 @@ class Verified:
             (its step checks are among ``checks``); None for any other.
         encoded: this graph's encoding of the generation check's prompt, where it is the encoder of a decoder that
             generates (the decoder's inputs ``encoder_hidden_states`` and ``encoder_attention_mask``): optimize hands
-            it to the decoder's children of the same variant (``RuntimeCache.encoded``); never recorded.
+            it to the decoder's children that read this graph (``RuntimeCache.encoded``); never recorded.
     """
 
     checks: tuple[OutputCheck, ...]

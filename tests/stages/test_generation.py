@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from zoo_convert import zoo
+from zoo_convert import onnx_graph, zoo
 from zoo_convert.job import Generation
 from zoo_convert.verify import generation
 from zoo_convert.errors import GenerationMismatchError, NumericsMismatchError
@@ -210,7 +211,7 @@ def test_every_zoo_model_with_past_generates_as_pytorch_does(with_past, name: st
 
 
 @pytest.mark.parametrize("name", ["whisper", "t5"])
-def test_the_encoders_check_hands_its_decoder_the_prompts_encoding(with_past, name: str) -> None:
+def test_the_encoders_check_hands_its_decoder_the_prompts_encoding(with_past, name: str, tmp_path: Path) -> None:
     """optimize passes the encoder's own encoding of the prompt on to the decoder's children (``Verified.encoded`` ->
     ``RuntimeCache.encoded``), so they open the encoder no more: it must be the encoding generation makes itself
     (whisper's out of verify's batch-1 case, t5's text prompt run once more), and the decoder must generate from it."""
@@ -232,10 +233,15 @@ def test_the_encoders_check_hands_its_decoder_the_prompts_encoding(with_past, na
                    for case, _ in verify_stage.cases_of(ex, enc, SETTINGS))  # fmt: skip
     fresh = verify_stage.check(ex, art, dec, SETTINGS).generation
     try:
-        ex.cache.encoded["fp32"] = encoded
+        ex.cache.encoded[enc.path] = encoded
         assert verify_stage.check(ex, art, dec, SETTINGS).generation == fresh
         # It is read, not recomputed: another encoding generates otherwise.
-        ex.cache.encoded["fp32"] = {**encoded, "encoder_hidden_states": encoded["encoder_hidden_states"] * 0.5}
+        ex.cache.encoded[enc.path] = {**encoded, "encoder_hidden_states": encoded["encoder_hidden_states"] * 0.5}
         assert verify_stage.check(ex, art, dec, SETTINGS).generation != fresh
+        # Kept by the encoder's file: a check handed another encoder graph (here a copy) encodes with that one.
+        for path in (enc.path, onnx_graph.data_path(enc.path)):
+            shutil.copy(path, tmp_path / path.name)
+        other = Artifact("fp32", {enc.name: tmp_path / enc.path.name, dec.name: dec.path})
+        assert verify_stage.check(ex, other, dec, SETTINGS).generation == fresh
     finally:
         ex.cache.encoded.clear()

@@ -62,7 +62,7 @@ def post_process(main_config: Any, onnx_dir: Path, parts: dict[str, Any], subpat
     return parts, [subpaths[0], merged.name, merged.name, *subpaths[3:]]
 
 
-def merge_decoders(decoder: Path, with_past: Path, out: Path, *, strict: bool = True) -> None:
+def merge_decoders(decoder: Path, with_past: Path, out: Path, *, strict: bool) -> None:
     """``optimum.onnx.merge_decoders(decoder, with_past, save_path=out, strict=strict)``'s graph, written to ``out``.
 
     The same steps on the same protos: outputs unified (constant empty outputs where the with-past decoder leaves

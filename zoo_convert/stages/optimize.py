@@ -269,8 +269,8 @@ def optimize(
             _place(component, made, variants, settings)
             for variant, part in made.items():
                 if part.verified is not None and part.verified.encoded is not None:
-                    if part.path is not None:  # the encoder as it ships: its decoder's children take its encoding
-                        exported.cache.encoded[variant] = part.verified.encoded
+                    if part.path is not None:  # the encoder as it ships (placed): its decoder's children read it there
+                        exported.cache.encoded[part.path] = part.verified.encoded
                     part.verified = replace(part.verified, encoded=None)
                 part.details["children_at_once"] = lanes  # its seconds ran beside the others' when more than one
                 art = artifacts[variant]
@@ -348,8 +348,7 @@ def _component(
             spec = REGISTRY[variant]
             quantize = functools.partial(maker(spec), plain, work[variant] / final[variant].name, external, **spec.options)
             make = functools.partial(_checked, exported, component, variant, quantize)
-            started[variant] = pool.submit(trailing.run, lambda threads, v=variant, make=make: _guarded(  # type: ignore[misc]
-                v, functools.partial(make, threads, check), settings))  # fmt: skip
+            started[variant] = pool.submit(trailing.run, functools.partial(_made_on, variant, make, check, settings))
     made: dict[str, _Made] = {}
     if "fp32" in started:
         try:
@@ -405,6 +404,13 @@ class _Trailing:
                 self._done += 1
         made.details.setdefault("threads", settings.threads)
         return made
+
+
+def _made_on(
+    variant: str, make: Callable[[Settings, Check | None], _Made], check: Check | None, job: Settings, threads: Settings
+) -> _Made:
+    """:func:`_guarded` of a variant whose child runs on ``threads`` (:class:`_Trailing`), with the job's timeout."""
+    return _guarded(variant, functools.partial(make, threads, check), job)
 
 
 def _first(variants: tuple[str, ...]) -> list[str]:
@@ -613,10 +619,10 @@ def _verified(
         files = {component.name: _twin(path)}
         # Generation encodes its prompt with the encoder placed before, unless that encoder's check (on its twin)
         # encoded it already.
-        if component is generation.decoder(exported) and variant not in exported.cache.encoded:
+        if component is generation.decoder(exported):
             for other in exported.components:
                 placed = exported.out_dir / "onnx" / variant_files(other.name, variant)[0]
-                if other is not component and placed.exists():
+                if other is not component and placed.exists() and placed not in exported.cache.encoded:
                     files[other.name] = _twin(placed, path.parent / "uint8-twin" / other.name)
         step(ORT, f"loading {path.name}'s uint8 twin")
     if check is None or not exported.cache.references_done:

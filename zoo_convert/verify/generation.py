@@ -346,8 +346,8 @@ def check(
         path = artifact.files.get(enc.name) or exported.out_dir / "onnx" / variant_files(enc.name, artifact.variant)[0]
         if not path.exists():
             return Generation(note=f"no {artifact.variant} graph of {enc.name} to encode the prompt with")
-        # The encoder's own check encoded the prompt already where this variant's encoder ships (optimize).
-        encoder_out = exported.cache.encoded.get(artifact.variant) or encode_prompt(
+        # The encoder's own check encoded the prompt already where this is the encoder graph as it ships (optimize).
+        encoder_out = exported.cache.encoded.get(path) or encode_prompt(
             session_for(exported, Artifact(artifact.variant, {enc.name: path}), enc, settings), ref.encoder_feed, comp
         )
     session = session_for(exported, artifact, comp, settings)
