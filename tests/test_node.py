@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -93,6 +94,29 @@ def test_busy_time_counts_the_node_cpus_only() -> None:
     assert each[pinned] > 0.7, per_s  # the spinner's CPU is busy, whatever else runs on the machine
     assert all(v <= 1.05 for v in each), per_s  # one CPU is at most one CPU busy
     assert abs(sum(each) - whole) < 0.1 * host, per_s  # the CPUs apart add up to the host's count
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="no triton installed (torch's CPU wheel)")
+def test_the_cli_keeps_triton_out_and_a_library_import_or_a_late_call_leaves_it() -> None:
+    """transformers' import of torch._dynamo loads triton, 72 MB of a job's memory for nothing a job runs
+    (node.no_triton); a user's own process keeps it, and a process that imported torch first is left as it is."""
+    code = (
+        "import contextlib, io, sys\n"
+        "import zoo_convert.cli\n"
+        "if sys.argv[1] == 'late':\n"
+        "    import torch\n"
+        "if sys.argv[1] in ('cli', 'late'):\n"
+        "    sys.argv[1:] = ['--help']\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        zoo_convert.cli.main()\n"
+        "import transformers.masking_utils\n"  # the import that brings torch._dynamo, and dynamo triton
+        "from torch.utils._triton import has_triton_package\n"
+        "print(sys.modules.get('triton') is not None, has_triton_package())"
+    )
+    ran = {how: subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, check=True).stdout.split()
+           for how in ("cli", "library", "late")}  # fmt: skip
+    assert ran["cli"] == ["False", "False"], ran
+    assert ran["library"] == ["True", "True"] and ran["late"] == ["True", "True"], ran
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: OpenBLAS runs one thread anyway")

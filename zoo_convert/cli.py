@@ -851,6 +851,7 @@ _nothing_left_to_write = False
 def main() -> None:
     """Console-script entry point."""
     node.one_blas_thread(os.environ)  # before any command imports numpy
+    node.no_triton()  # before any command imports torch
     try:
         cli(prog_name="zoo-convert")
     except SystemExit as done:

@@ -24,6 +24,7 @@ import functools
 import math
 import os
 import platform
+import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -227,6 +228,20 @@ def one_blas_thread(env: MutableMapping[str, str]) -> None:
     leaves the caller's environment as it is.
     """
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def no_triton() -> None:
+    """Keep triton out of a process that has not imported torch yet: the CLI's and the fork server's, never a library's.
+
+    transformers imports ``torch._dynamo`` (its masking code), and dynamo imports triton wherever it is
+    installed, which torch's CUDA wheels make every node, CPU nodes too: 72 MB of each job's resident memory
+    (all-MiniLM-L6-v2's ``convert``: the export's peak 1.23 -> 1.16 GB, the AVX2 EPYC of docs/benchmarks.md)
+    for torch.compile's GPU kernels, which nothing a job runs uses: torch.onnx's exporters, eager PyTorch and
+    ONNX Runtime. With ``None`` in ``sys.modules`` an ``import triton`` fails and ``find_spec`` finds nothing:
+    torch and transformers take it as not installed. Once torch is imported it is too late, and left alone.
+    """
+    if "torch" not in sys.modules and "triton" not in sys.modules:
+        sys.modules["triton"] = None  # type: ignore[assignment]  # the import system's own "not importable" mark
 
 
 def usable_cpus() -> int:

@@ -84,7 +84,7 @@ from .. import __version__
 from ..errors import FailureKind, UnsafeForkServerError, first_line
 from ..records import FAILED, ConversionResult, ManifestEntry, Settings
 from ..stages.forked import claim_into, die_with_parent, grant, paused_path, set_lease_paths
-from ..node import one_blas_thread, toolchain_versions
+from ..node import no_triton, one_blas_thread, toolchain_versions
 
 
 class JobFn(Protocol):
@@ -563,6 +563,7 @@ def _serve(address: str, preload: str, linger_s: float) -> None:
     if os.fork() > 0:
         os._exit(0)  # the starter waits for this exit; the daemon below is nobody's child to be killed with it
     inode = os.stat(address).st_ino
+    no_triton()  # every job's memory, less triton's (node.no_triton)
     __import__(preload)
     # Forked children then neither scan nor copy-on-write the warm heap when they collect (optimum calls gc.collect()).
     gc.collect()
