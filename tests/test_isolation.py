@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pwd
 import signal
@@ -84,6 +85,21 @@ def test_a_job_runs_numpy_blas_on_one_thread(settings: Settings) -> None:
     # node's other jobs use: ~6 % of make demo's CPU time (node.one_blas_thread, in the server's environment).
     threads = run_isolated(blas_threads, ENTRY, settings).message.split()
     assert threads and set(threads) == {"1"}, threads  # numpy's OpenBLAS, and scipy's once something imported it
+
+
+def triton_state(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
+    import sys
+
+    import torch  # the warm parent imported it, and transformers' masking code, which imports torch._dynamo
+
+    loaded = sys.modules.get("triton") is not None
+    return ConversionResult(source=entry.source, status=PASSED, message=f"{loaded} {'torch._dynamo' in sys.modules}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="no triton installed (torch's CPU wheel)")
+def test_a_job_runs_without_triton(settings: Settings) -> None:
+    # 72 MB of every job's memory for torch.compile's GPU kernels (node.no_triton, in the server before its warm-up).
+    assert run_isolated(triton_state, ENTRY, settings).message == "False True"
 
 
 def crash_in_verify(
