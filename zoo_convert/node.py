@@ -234,7 +234,7 @@ def no_triton() -> None:
     """Keep triton out of a process that has not imported torch yet: the CLI's and the fork server's, never a library's.
 
     transformers imports ``torch._dynamo`` (its masking code), and dynamo imports triton wherever it is
-    installed, which torch's CUDA wheels make every node, CPU nodes too: 72 MB of each job's resident memory
+    installed, which with torch's CUDA wheels is every node, CPU nodes too: 72 MB of each job's resident memory
     (all-MiniLM-L6-v2's ``convert``: the export's peak 1.23 -> 1.16 GB, the AVX2 EPYC of docs/benchmarks.md)
     for torch.compile's GPU kernels, which nothing a job runs uses: torch.onnx's exporters, eager PyTorch and
     ONNX Runtime. With ``None`` in ``sys.modules`` an ``import triton`` fails and ``find_spec`` finds nothing:
