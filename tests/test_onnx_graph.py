@@ -247,6 +247,40 @@ def test_an_inline_save_streams_the_very_bytes_onnx_writes(tmp_path: Path, monke
     assert not (tmp_path / "big.onnx").exists()
 
 
+def test_an_inline_save_copies_weights_left_in_their_data_file_as_a_load_and_a_save_would_write_them(
+    tmp_path: Path,
+) -> None:
+    # The fusers work on a graph read without its weights; the ones they never touched go from the export's data
+    # file into the fused graph file to file. The file must be what loading them all and saving would write.
+    model = _merged_like()
+    model.graph.initializer.append(numpy_helper.from_array(np.linspace(0, 1, 3000, dtype=np.float32), "second"))
+    inner = numpy_helper.from_array(np.full(512, 3.0, dtype=np.float32), "inside_a_branch")
+    model.graph.node[1].attribute[0].g.initializer.append(inner)  # nested: onnx puts it in the data file too
+    source = tmp_path / "src" / "model.onnx"
+    source.parent.mkdir()
+    onnx.save_model(model, str(source), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx_data", size_threshold=1024)  # fmt: skip
+    written_over = np.full(3000, 7.0, dtype=np.float32).tobytes()  # as a fuser that changes a weight in place
+
+    expected_model = onnx.load(str(source))
+    expected_model.graph.initializer[2].raw_data = written_over
+    onnx.save_model(expected_model, str(tmp_path / "onnx.onnx"))
+    ours = onnx_graph.load(source)
+    assert ours.graph.initializer[0].data_location == TensorProto.EXTERNAL and not ours.graph.initializer[0].raw_data
+    ours.graph.initializer[2].raw_data = written_over
+    onnx_graph.save(ours, tmp_path / "ours.onnx", external=False, weights=source.parent)
+    assert (tmp_path / "ours.onnx").read_bytes() == (tmp_path / "onnx.onnx").read_bytes()
+    assert not onnx_graph.data_path(tmp_path / "ours.onnx").exists()
+
+    # A data file shorter than a tensor's offset + length: named, nothing half-written passed off as a graph.
+    onnx.save_model(_merged_like(), str(source), save_as_external_data=True, location="cut.onnx_data")
+    data = source.with_name("cut.onnx_data")
+    data.write_bytes(data.read_bytes()[:-100])
+    with pytest.raises(ValueError, match="cut.onnx_data: 16384 bytes at 0 run past its end"):
+        onnx_graph.save(onnx_graph.load(source), tmp_path / "cut.onnx", external=False, weights=source.parent)
+    assert not (tmp_path / "cut.onnx").exists()
+
+
 def test_a_graphs_structure_is_read_without_its_inline_weights(tmp_path: Path) -> None:
     # Counting a written variant's ops parsed all its weights (0.2 GB for whisper-tiny's optimized decoder): the
     # structure leaves the top-level weights' bytes out and keeps everything else, nested graphs' weights included.

@@ -855,6 +855,42 @@ def test_fusion_and_fp16_run_no_shape_inference_over_the_weights(
     assert _cosine(got, _outputs(plain, fed)) > 0.999
 
 
+@pytest.mark.parametrize(
+    ("family", "component", "fusion_type", "opt_level", "fused"),
+    [("bert", "model", "bert", 1, "Attention"), ("t5", "encoder_model", "t5", 0, "SimplifiedLayerNormalization")],
+)
+def test_fusion_writes_optimize_models_graph_without_loading_the_weights(
+    exports, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    family: str, component: str, fusion_type: str, opt_level: int, fused: str,
+) -> None:  # fmt: skip
+    """The fusers get the graph without its weights and read the few they fold (bert's Q, K, V) from the data file."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    from zoo_convert.stages.optimize import _fuse
+
+    exported = _exported(exports[family], tmp_path / "job", (component,))
+    plain = exported.components[0].path
+    config = json.loads((exports[family] / "checkpoint" / "config.json").read_text())
+    options = FusionOptions(fusion_type)
+    options.enable_shape_inference = False
+    whole = optimize_model(str(plain), model_type=fusion_type, num_heads=4, hidden_size=32, opt_level=opt_level,
+                           use_gpu=False, optimization_options=options)  # fmt: skip
+    onnx.save_model(whole.model, str(tmp_path / "optimize_model.onnx"))
+
+    loads: list[str] = []
+    real = onnx.external_data_helper.load_external_data_for_model
+    for owner in (onnx, onnx.external_data_helper):
+        monkeypatch.setattr(owner, "load_external_data_for_model", lambda m, d: (loads.append(d), real(m, d))[1])
+    here = os.getcwd()
+    (tmp_path / "fused").mkdir()
+    out, census, _ = _fuse(plain, tmp_path / "fused" / "model.onnx", fusion_type, config, False, opt_level)
+    assert loads == [] and os.getcwd() == here
+    assert census[fused] > 0
+    assert out.read_bytes() == (tmp_path / "optimize_model.onnx").read_bytes()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx"]  # ORT's basic pass's files are gone
+
+
 def test_a_child_never_destroys_an_onnx_runtime_session_it_inherited() -> None:
     """A parent's session left in a garbage cycle, collected in a child, waited forever on its thread pool."""
     import gc
