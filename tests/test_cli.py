@@ -300,3 +300,20 @@ def test_convert_shape_overrides_and_atol_as_optimum_cli_spells_them_are_used_an
         shown = CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
         assert all(f"--{o} " in shown for o in ("batch-size", "sequence-length", "height", "width", "num-channels",
                                                 "audio-sequence-length", "feature-size", "nb-max-frames", "atol", "rtol"))
+
+
+@pytest.mark.slow  # two conversions through the console script: a tiny bert and the tiny Stable Diffusion pipeline
+def test_convert_imports_diffusers_only_for_a_diffusers_pipeline(zoo_dir: Path, tmp_path: Path) -> None:
+    """optimum's exporter imports diffusers wherever it is installed: about 1 s of a one-model ``convert`` for
+    nothing unless the model is a pipeline (node.no_diffusers). Python's own import log says what was imported."""
+    imported = {}
+    for name in ("bert", "stable-diffusion"):
+        proc = subprocess.run([EXE, "convert", str(zoo_dir / name), "--out", str(tmp_path / name), "--variants", "fp32",
+                               "--no-benchmark", "--no-long-shape", "--targets", "none", "--json"],
+                              env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout)["status"] == "passed"
+        imported[name] = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "optimum.exporters.onnx.convert" in imported["bert"] and "diffusers" not in imported["bert"]
+    assert "diffusers" in imported["stable-diffusion"]

@@ -330,7 +330,7 @@ def convert(
     settings = _with_atol(settings, atol, rtol)
     with _hub_budget(hub_requests_per_5min, hub_downloads_per_5min), _stdout_to_stderr(), \
             toolchain_frozen() as on_stage:  # fmt: skip
-        result = convert_one(entry, settings, on_stage=on_stage)
+        result = convert_one(entry, settings, on_stage=on_stage, alone=_own_process)
     if result.artifacts_dir:
         Path(result.artifacts_dir, "result.json").write_text(result.to_json())
     click.echo(result.to_json() if as_json else summary(result))
@@ -842,6 +842,10 @@ def manifest_coverage(path: str, per_row: bool, top: int, exporter: str | None) 
         click.echo(line)
 
 
+# Set by main(): this process is the console script's own, which a command may shape to its one job (convert);
+# a caller's process (a test's CliRunner, a library user's) is left as it is.
+_own_process = False
+
 # Set by a command once everything it writes is written and closed (convert): main() then
 # exits without Python's teardown of torch, transformers and onnxruntime, object by
 # object and module by module, which nothing needs (1.0-1.2 s on 2 cores, measured).
@@ -850,6 +854,8 @@ _nothing_left_to_write = False
 
 def main() -> None:
     """Console-script entry point."""
+    global _own_process
+    _own_process = True
     node.one_blas_thread(os.environ)  # before any command imports numpy
     node.no_triton()  # before any command imports torch
     try:

@@ -244,6 +244,20 @@ def no_triton() -> None:
         sys.modules["triton"] = None  # type: ignore[assignment]  # the import system's own "not importable" mark
 
 
+def no_diffusers() -> None:
+    """Keep diffusers out of a process that exports one model and it no diffusers pipeline (``convert``'s).
+
+    optimum's exporter imports diffusers wherever it is installed (its task table and a Flux patch), which a
+    zoo_convert node always has for the pipelines it converts: about 1 s of the export's imports (diffusers'
+    import checks alone 0.44 s; vit-base's fp32 ``convert`` 19.3 / 19.2 / 17.7 -> 17.9 / 18.6 / 16.9 s, the AVX2
+    EPYC of docs/benchmarks.md). With ``None`` in ``sys.modules`` optimum finds it not installed, a
+    configuration it supports, and exports every other library as before. A process that goes on to export
+    something else (a farm's fork server, a test) must not call it; once diffusers is imported it is left alone.
+    """
+    if "diffusers" not in sys.modules:
+        sys.modules["diffusers"] = None  # type: ignore[assignment]  # as no_triton: "not importable"
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on: its affinity mask (where the OS has one), no more than the cgroup's quota."""
     mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -50,7 +50,7 @@ from .records import (
 )
 from .stages import Artifact, ExportedModel, Latency
 from .stages.forked import alone_on_node, note_claimed, paused_windows
-from .node import toolchain_versions
+from . import node
 
 if TYPE_CHECKING:
     from .job import GenerationAhead
@@ -62,8 +62,14 @@ if TYPE_CHECKING:
 StageCallback = Callable[[str], None]
 
 
-def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None) -> ConversionResult:
-    """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises."""
+def convert_one(
+    entry: ManifestEntry, settings: Settings, *, on_stage: StageCallback | None = None, alone: bool = False
+) -> ConversionResult:
+    """Fetch, export, check, optimize, verify and benchmark (unless switched off) one checkpoint; never raises.
+
+    ``alone``: this process converts this one checkpoint and nothing after it (the CLI's ``convert``), so what
+    its library does not need is kept out of its imports (:func:`_keep_to_library`).
+    """
     from .stages import benchmark, check, export, fetch, optimize, target, verify
 
     if entry.optimize is not None:  # the row's level, for this job only
@@ -74,7 +80,7 @@ def convert_one(entry: ManifestEntry, settings: Settings, *, on_stage: StageCall
     ahead = _ReferencesAhead(settings) if settings.threads > 1 else None
     try:
         with run.stage("fetch"):
-            ckpt = fetch.fetch(entry, settings)
+            ckpt = fetch.fetch(entry, settings, on_disk=_keep_to_library if alone else None)
             run.facts.update(
                 task=ckpt.task,
                 model_type=ckpt.model_type,
@@ -467,7 +473,7 @@ def artifact_settings(settings: Settings, entry: ManifestEntry) -> dict[str, Any
         "external_data_threshold": settings.external_data_threshold,
         "providers": list(settings.providers),  # the fusions depend on the execution provider
         "allow_remote_code": entry.allow_remote_code,
-        "versions": toolchain_versions(),
+        "versions": node.toolchain_versions(),
     }
 
 
@@ -501,6 +507,18 @@ def _discard(out_dir: Path, out_root: Path) -> None:
     with contextlib.suppress(OSError):  # not empty: another job's artifacts are in it
         if out_dir.parent != out_root:
             out_dir.parent.rmdir()
+
+
+def _keep_to_library(path: Path) -> None:
+    """In a process converting the checkpoint at ``path`` and nothing else: diffusers kept out unless it is a pipeline.
+
+    Told by fetch before anything imports optimum's exporter, which imports diffusers wherever it is installed
+    (:func:`node.no_diffusers`).
+    """
+    from .exporters import diffusion
+
+    if not diffusion.is_pipeline(path):
+        node.no_diffusers()
 
 
 class _Run:
@@ -579,7 +597,7 @@ class _Run:
             opset_requested=entry.opset,
             stages=tuple(self.stages),
             variants=tuple(self.variants),
-            versions=toolchain_versions(),
+            versions=node.toolchain_versions(),
             started_at=self.started_at,
             finished_at=_now(),
             paused=tuple((round(a, 4), round(b, 4)) for a, b in paused_windows(self.t0)),

@@ -74,14 +74,20 @@ _MAX_SAFETENSORS_HEADER = 100 * 1024**2
 _MAX_CONFIG_BYTES = 1024**2
 
 
-def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
-    """Bring the entry's checkpoint to local disk and vet it."""
+def fetch(entry: ManifestEntry, settings: Settings, *, on_disk: Callable[[Path], None] | None = None) -> Checkpoint:
+    """Bring the entry's checkpoint to local disk and vet it.
+
+    ``on_disk(path)`` is told where its files are before they are vetted: before the vetting imports transformers,
+    and optimum's task table where the entry names no task.
+    """
     if is_local(entry.source):
         path = Path(entry.source).expanduser()
         if not path.is_dir():
             raise FetchError(f"no such checkpoint folder: {entry.source}", kind=FailureKind.FETCH_NOT_FOUND)
         # refused before a byte of it is read: a side file linked out of the checkpoint
         side_files(path, remote_code=entry.allow_remote_code)
+        if on_disk is not None:
+            on_disk(path)
         # The hash reads every byte (bert-base's 0.44 GB: 0.3 s) with the GIL released: the vetting, and the
         # transformers import it starts, run beside it.
         with ThreadPoolExecutor(1, "folder-hash") as pool:
@@ -95,6 +101,8 @@ def fetch(entry: ManifestEntry, settings: Settings) -> Checkpoint:
     else:
         path, resolved = download(entry, settings)
         side_files(path, remote_code=entry.allow_remote_code)
+        if on_disk is not None:
+            on_disk(path)
     return _vet(path, resolved, entry)
 
 
