@@ -271,6 +271,15 @@ def test_an_inline_save_copies_weights_left_in_their_data_file_as_a_load_and_a_s
     onnx_graph.save(ours, tmp_path / "ours.onnx", external=False, weights=source.parent)
     assert (tmp_path / "ours.onnx").read_bytes() == (tmp_path / "onnx.onnx").read_bytes()
     assert not onnx_graph.data_path(tmp_path / "ours.onnx").exists()
+    # Written external (a model over the protobuf limit), the weights are read, the one written over kept.
+    ours = onnx_graph.load(source)
+    ours.graph.initializer[2].raw_data = written_over
+    (tmp_path / "external").mkdir()
+    onnx_graph.save(ours, tmp_path / "external" / "model.onnx", external=True, weights=source.parent)
+    back, want = onnx.load(str(tmp_path / "external" / "model.onnx")), onnx.load(str(tmp_path / "onnx.onnx"))
+    assert {t.name: numpy_helper.to_array(t).tobytes() for t in onnx_graph.tensors(back.graph)} == {
+        t.name: numpy_helper.to_array(t).tobytes() for t in onnx_graph.tensors(want.graph)
+    }
 
     # A data file shorter than a tensor's offset + length: named, nothing half-written passed off as a graph.
     onnx.save_model(_merged_like(), str(source), save_as_external_data=True, location="cut.onnx_data")

@@ -155,8 +155,10 @@ def save(model: onnx.ModelProto, path: Path, *, external: bool, weights: Path | 
     without its weights). Written inline, their bytes are copied from those files by the kernel
     (``copy_file_range``), never read into the process; written external, they are read first.
     """
-    if weights is not None and external:
-        onnx.load_external_data_for_model(model, str(weights))
+    if weights is not None:
+        _overwritten_kept(model)
+        if external:
+            onnx.load_external_data_for_model(model, str(weights))
     data = data_path(path)
     data.unlink(missing_ok=True)  # onnx appends to an existing data file
     if external:
@@ -212,7 +214,7 @@ def _save_inline(model: onnx.ModelProto, path: Path, weights: Path | None = None
     """
     if weights is not None:
         for tensor in _past_initializers(model.graph):
-            if tensor.data_location == onnx.TensorProto.EXTERNAL and not tensor.HasField("raw_data"):
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 onnx.external_data_helper.load_external_data_for_tensor(tensor, str(weights))
     elif any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors(model.graph)):
         onnx.save_model(model, str(path))  # writes those tensors to their data files as it goes: its way
@@ -220,12 +222,8 @@ def _save_inline(model: onnx.ModelProto, path: Path, weights: Path | None = None
     moved: list[bytes | _Span | None] = []
     for tensor in model.graph.initializer:
         if weights is not None and tensor.data_location == onnx.TensorProto.EXTERNAL:
-            if tensor.HasField("raw_data"):  # written over in memory by whoever changed it: those bytes count
-                del tensor.external_data[:]
-                tensor.data_location = onnx.TensorProto.DEFAULT
-            else:
-                moved.append(_external_span(tensor, weights))
-                continue
+            moved.append(_external_span(tensor, weights))
+            continue
         raw = tensor.raw_data if tensor.HasField("raw_data") else b""
         moved.append(raw if len(raw) >= EXTERNAL_MIN_BYTES else None)
         if len(raw) >= EXTERNAL_MIN_BYTES:
@@ -263,6 +261,15 @@ def _save_inline(model: onnx.ModelProto, path: Path, weights: Path | None = None
     except BaseException:
         path.unlink(missing_ok=True)  # a graph cut short is no graph: nobody may find it and load it
         raise
+
+
+def _overwritten_kept(model: onnx.ModelProto) -> None:
+    """A tensor still marked external whose bytes someone set in memory (a fuser changing a weight in place) is
+    marked inline: those bytes are its value, not the data file's, wherever it is written."""
+    for tensor in tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and tensor.HasField("raw_data"):
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
 
 
 def _past_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
