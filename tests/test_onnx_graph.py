@@ -288,6 +288,11 @@ def test_an_inline_save_copies_weights_left_in_their_data_file_as_a_load_and_a_s
     with pytest.raises(ValueError, match="cut.onnx_data: 16384 bytes at 0 run past its end"):
         onnx_graph.save(onnx_graph.load(source), tmp_path / "cut.onnx", external=False, weights=source.parent)
     assert not (tmp_path / "cut.onnx").exists()
+    # A location that leaves the folder is refused, as onnx.load refuses it.
+    outside = onnx_graph.load(source)
+    next(e for e in outside.graph.initializer[0].external_data if e.key == "location").value = "../cut.onnx_data"
+    with pytest.raises(ValueError, match="'../cut.onnx_data' is outside"):
+        onnx_graph.save(outside, tmp_path / "outside.onnx", external=False, weights=source.parent)
 
 
 def test_a_graphs_structure_is_read_without_its_inline_weights(tmp_path: Path) -> None:

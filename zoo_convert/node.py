@@ -245,7 +245,7 @@ def no_triton() -> None:
 
 
 def no_diffusers() -> None:
-    """Keep diffusers out of a process that exports one model and it no diffusers pipeline (``convert``'s).
+    """Keep diffusers out of a process that exports one model, which is no diffusers pipeline (``convert``'s).
 
     optimum's exporter imports diffusers wherever it is installed (its task table and a Flux patch), which a
     zoo_convert node always has for the pipelines it converts: about 1 s of the export's imports (diffusers'

@@ -22,8 +22,9 @@ import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, TypeVar
+from typing import BinaryIO, TypeVar
 
 import onnx
 
@@ -179,23 +180,26 @@ def save(model: onnx.ModelProto, path: Path, *, external: bool, weights: Path | 
 _PROTOBUF_LIMIT = 1 << 31
 
 
-class _Span(NamedTuple):
+@dataclass(frozen=True)
+class _Span:
     """A tensor's bytes in an external data file, copied from there as the file is written."""
 
     file: Path
     offset: int
     length: int
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # counted with the bytes pieces around it
         return self.length
 
 
 def _external_span(tensor: onnx.TensorProto, weights: Path) -> _Span:
     """Where an external tensor's bytes are (its ``location`` is relative to ``weights``), its entries cleared."""
-    where = {e.key: e.value for e in tensor.external_data}
-    file = weights / where["location"]
-    offset = int(where.get("offset", 0))
-    length = int(where["length"]) if "length" in where else file.stat().st_size - offset
+    info = onnx.external_data_helper.ExternalDataInfo(tensor)
+    if Path(info.location).is_absolute() or ".." in Path(info.location).parts:  # as onnx.load refuses it
+        raise ValueError(f"tensor {tensor.name!r}: external data location {info.location!r} is outside {weights}")
+    file = weights / info.location
+    offset = int(info.offset or 0)
+    length = int(info.length) if info.length is not None else file.stat().st_size - offset
     del tensor.external_data[:]
     tensor.data_location = onnx.TensorProto.DEFAULT  # as onnx's load_external_data_for_model leaves it
     return _Span(file, offset, length)
@@ -212,11 +216,7 @@ def _save_inline(model: onnx.ModelProto, path: Path, weights: Path | None = None
     With ``weights``, a top-level initializer still in an external data file there is written as if it had been
     loaded (the bytes ``onnx.load`` then this would write), copied file to file; one nested deeper is loaded.
     """
-    if weights is not None:
-        for tensor in _past_initializers(model.graph):
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                onnx.external_data_helper.load_external_data_for_tensor(tensor, str(weights))
-    elif any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors(model.graph)):
+    if weights is None and any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors(model.graph)):
         onnx.save_model(model, str(path))  # writes those tensors to their data files as it goes: its way
         return
     moved: list[bytes | _Span | None] = []
@@ -228,6 +228,8 @@ def _save_inline(model: onnx.ModelProto, path: Path, weights: Path | None = None
         moved.append(raw if len(raw) >= EXTERNAL_MIN_BYTES else None)
         if len(raw) >= EXTERNAL_MIN_BYTES:
             tensor.ClearField("raw_data")
+    if weights is not None and any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors(model.graph)):
+        onnx.load_external_data_for_model(model, str(weights))  # nested ones (subgraphs, constants): small, loaded
     structure = memoryview(model.SerializeToString())
     pieces: list[bytes | memoryview | _Span] = []
     for field, wire, start, value, end in _fields(structure, 0, len(structure)):
@@ -270,17 +272,6 @@ def _overwritten_kept(model: onnx.ModelProto) -> None:
         if tensor.data_location == onnx.TensorProto.EXTERNAL and tensor.HasField("raw_data"):
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
-
-
-def _past_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """The tensors of :func:`tensors` but the graph's own initializers: its nodes' and its subgraphs'."""
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-        for _, sub in subgraphs(node):
-            yield from tensors(sub)
 
 
 def _copy_span(span: _Span, out: BinaryIO) -> None:
