@@ -35,7 +35,8 @@ the Hub's ``RateLimit`` header. Buckets: ``api`` is every ``/api/`` route,
 
 Fault injection: ``server.fail_next(r"/commit/", 429, times=1, retry_after=0.1)``
 answers the next matching request(s) with that status before touching state;
-``server.stall_next(r"/api/models/", 5.0)`` holds them before answering (a slow Hub).
+``server.stall_next(r"/api/models/", 5.0)`` holds them before answering (a slow Hub);
+``server.delay_next(r"/api/models/", 1.0)`` before their arrival is stamped (a slow network).
 ``server.log`` records every request as ``(method, path, status)``; ``server.events``
 adds the route name, the buckets and the time, and ``server.counts()`` tallies
 requests per route.
@@ -155,6 +156,7 @@ class _Fault:
     retry_after: float | None
     method: str | None
     stall_s: float = 0.0
+    late_s: float = 0.0  # held before the Hub stamps and counts the request: it arrives this late
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,12 @@ class HubServer:
         with self._lock:
             self._faults.append(_Fault(re.compile(path_regex), None, times, None, None, seconds))
 
+    def delay_next(self, path_regex: str, seconds: float, *, times: int = 1) -> None:
+        """Let the next ``times`` matching requests arrive ``seconds`` late (a slow network): they are held before
+        the server stamps their arrival and counts them against a limit."""
+        with self._lock:
+            self._faults.append(_Fault(re.compile(path_regex), None, times, None, None, late_s=seconds))
+
     def forget_requests(self) -> None:
         """Empty every rate-limit window at once, as if its requests had aged out."""
         with self._lock:
@@ -296,10 +304,11 @@ class HubServer:
                     self._accepted[bucket].append(now)
         return None
 
-    def _take_fault(self, method: str, path: str) -> _Fault | None:
+    def _take_fault(self, method: str, path: str, *, late: bool = False) -> _Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.times > 0 and (fault.method in (None, method)) and fault.pattern.search(path):
+                if fault.times > 0 and (fault.method in (None, method)) and fault.pattern.search(path) \
+                        and (fault.late_s > 0) == late:
                     fault.times -= 1
                     return fault
         return None
@@ -597,6 +606,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             split = urlsplit(self.path)
             path, params = split.path, parse_qs(split.query)
             body = self._body() if method in ("POST", "PUT") else b""
+            if (late := hub._take_fault(method, path, late=True)) is not None:
+                time.sleep(late.late_s)
             t = time.monotonic()
             route, buckets = _route_name(method, path)
             self._pending = (method, path, route, buckets, t)

@@ -486,13 +486,25 @@ class _HubBudget:
 
     def __init__(self, limits: HubLimits, history: dict[str, list[float]]) -> None:
         self.budget = Budget(limits, history, time.monotonic())
+        self.answered = asyncio.Event()  # set by each release, for the callers waiting for an answered slot
 
     @ray.method
     async def acquire(self, bucket: str) -> None:
         while True:
-            await asyncio.sleep(self.budget.reserve(bucket, time.monotonic()))
+            while (wait := self.budget.reserve(bucket, time.monotonic())) is None:
+                self.answered.clear()
+                # A release wakes us; the window bounds the wait in case the unanswered request never is.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.answered.wait(), self.budget.window)
+            await asyncio.sleep(wait)
             if self.budget.clear(bucket, time.monotonic()):
                 return
+            self.budget.cancel(bucket)
+
+    @ray.method
+    async def release(self, bucket: str) -> None:
+        self.budget.release(bucket, time.monotonic())
+        self.answered.set()
 
     @ray.method
     async def pause(self, bucket: str, seconds: float) -> None:
@@ -512,6 +524,9 @@ class _ClusterGovernor:
 
     def acquire(self, bucket: str) -> None:
         ray.get(self.actor.acquire.remote(bucket))
+
+    def release(self, bucket: str) -> None:
+        self.actor.release.remote(bucket)
 
     def pause(self, bucket: str, seconds: float) -> None:
         self.actor.pause.remote(bucket, seconds)

@@ -10,16 +10,18 @@ of them draw from one :class:`Governor` instead::
     huggingface_hub call -> get_session() -> _GovernedSession.send
                                                | governor.acquire(bucket)   waits for a slot
                                                | send
+                                               | governor.release(bucket)   the slot counts from the answer
                                                | 429? governor.pause(bucket, Retry-After), send again
 
 :func:`install` hooks the governor into huggingface_hub (``configure_http_backend``),
 so every request of the process goes through it, ours or the library's. A
 :class:`LocalGovernor` serves the threads of one process; the farm injects one
 backed by a Ray actor (``farm/driver.py``) so the driver and every worker share one
-budget. Both keep the same arithmetic, :class:`Budget`: a sliding log of grant
-times per bucket that never lets more than the limit through in any window (so
-it also holds for the Hub's fixed windows, wherever they start), and a pause
-after a 429 that holds back every caller of the bucket, not only the one that
+budget. Both keep the same arithmetic, :class:`Budget`: a sliding log per bucket
+that never lets more than the limit through in any window (so it also holds for
+the Hub's fixed windows, wherever they start), a request holding its slot from its
+grant until a window after its answer (the latest the Hub can have stamped it), and
+a pause after a 429 that holds back every caller of the bucket, not only the one that
 was refused.
 
 Requests to other hosts (LFS storage, CDNs) and other paths are not metered.
@@ -80,31 +82,64 @@ def bucket_of(url: str) -> str | None:
 class Budget:
     """The pacing arithmetic, without a clock or a lock of its own (callers pass ``now``).
 
-    Each bucket keeps the times it granted, oldest first; a request is granted at
-    the earliest time at which the window before it holds fewer than the limit,
-    never before an earlier grant (first come, first served) and never during a pause.
-    A margin on the window absorbs the jitter between a grant and the request's
-    arrival at the Hub.
+    A slot is held from its grant until the request's answer is back, then for a window after that: the
+    Hub stamps a request somewhere between the two, so counting from the answer can never undercount the
+    Hub's window, however long the request took to arrive (a retransmitted SYN, a proxy, a process that
+    was not scheduled). Counting from the grant did: one late arrival in CI, a second after its grant,
+    shared the Hub's window with the next window's 20 (one 429). A request is granted at the earliest time
+    at which the window before it holds fewer than the limit of answered and unanswered requests, never
+    before an earlier grant (first come, first served) and never during a pause. A margin on the window
+    absorbs the difference between our clock and the Hub's windows.
     """
 
     def __init__(self, limits: HubLimits, history: Mapping[str, Iterable[float]] | None = None, now: float = 0.0) -> None:
         self.limits = limits
-        # 0.5 s at least: a loaded 2-core CI machine delayed one request by more than 0.25 s between its grant
-        # and the (in-process) Hub's stamp. The Hub's own 300 s windows get 9 s.
+        # The Hub's own 300 s windows get 9 s, a test Hub's 2 s ones 0.5 s.
         self.window = limits.window_s + max(0.5, 0.03 * limits.window_s)
-        self.grants: dict[str, deque[float]] = {b: deque(now + t for t in (history or {}).get(b, ())) for b in BUCKETS}
+        # When each request of the last window was answered, oldest first.
+        self.answered: dict[str, deque[float]] = {
+            b: deque(sorted(now + t for t in (history or {}).get(b, ()))) for b in BUCKETS}
+        # When each request not answered yet was granted, oldest first (some may still be waiting to go).
+        self.unanswered: dict[str, deque[float]] = {b: deque() for b in BUCKETS}
+        self.last: dict[str, float] = dict.fromkeys(BUCKETS, 0.0)
         self.paused: dict[str, float] = dict.fromkeys(BUCKETS, 0.0)
 
-    def reserve(self, bucket: str, now: float) -> float:
-        """Take the next slot of ``bucket``; returns the seconds to wait before sending."""
-        grants, limit = self.grants[bucket], self.limits.of(bucket)
-        while grants and grants[0] <= now - self.window:
-            grants.popleft()
-        at = max(now, self.paused[bucket], grants[-1] if grants else now)
-        if len(grants) >= limit:
-            at = max(at, grants[-limit] + self.window)
-        grants.append(at)
+    def _age(self, bucket: str, now: float) -> None:
+        answered, unanswered = self.answered[bucket], self.unanswered[bucket]
+        while answered and answered[0] <= now - self.window:
+            answered.popleft()
+        # Unanswered for a whole window (its caller died with it): taken as answered now, so its slot comes back.
+        while unanswered and unanswered[0] <= now - self.window:
+            unanswered.popleft()
+            answered.append(now)
+
+    def reserve(self, bucket: str, now: float) -> float | None:
+        """Take the next slot of ``bucket``: the seconds to wait before sending, or None while every slot is held by
+        an unanswered request (ask again after a :meth:`release`)."""
+        self._age(bucket, now)
+        answered, unanswered = self.answered[bucket], self.unanswered[bucket]
+        at = max(now, self.paused[bucket], self.last[bucket])
+        # The requests that must leave the window before this one fits, less one: the oldest answered ones.
+        surplus = len(answered) + len(unanswered) - self.limits.of(bucket)
+        if surplus >= len(answered):
+            return None
+        if surplus >= 0:
+            at = max(at, answered[surplus] + self.window)
+        unanswered.append(at)
+        self.last[bucket] = at
         return at - now
+
+    def release(self, bucket: str, now: float) -> None:
+        """A request of ``bucket`` got its answer (or failed on the way) at ``now``."""
+        self._age(bucket, now)
+        if self.unanswered[bucket]:
+            self.unanswered[bucket].popleft()
+            self.answered[bucket].append(now)
+
+    def cancel(self, bucket: str) -> None:
+        """A granted slot was not used (a pause voided it): the latest grant is given back."""
+        if self.unanswered[bucket]:
+            self.unanswered[bucket].pop()
 
     def pause(self, bucket: str, until: float) -> None:
         """Grant nothing in ``bucket`` before ``until``."""
@@ -115,8 +150,10 @@ class Budget:
         return self.paused[bucket] <= now
 
     def history(self, now: float) -> dict[str, list[float]]:
-        """Grant times relative to ``now`` (negative: in the past), to hand the budget over to another process."""
-        return {b: [t - now for t in g if t > now - self.window] for b, g in self.grants.items()}
+        """When the requests of the last window were answered, relative to ``now`` (negative: in the past), to hand
+        the budget over to another process; an unanswered one as if answered now."""
+        return {b: [t - now for t in self.answered[b] if t > now - self.window] + [0.0] * len(self.unanswered[b])
+                for b in BUCKETS}
 
 
 class Governor(Protocol):
@@ -124,6 +161,9 @@ class Governor(Protocol):
 
     def acquire(self, bucket: str) -> None:
         """Block until one request of ``bucket`` may be sent."""
+
+    def release(self, bucket: str) -> None:
+        """The request :meth:`acquire` let go got its answer, or failed on the way."""
 
     def pause(self, bucket: str, seconds: float) -> None:
         """The Hub refused a request (429): hold every caller of ``bucket`` back for ``seconds``."""
@@ -134,24 +174,32 @@ class LocalGovernor:
 
     def __init__(self, limits: HubLimits = HubLimits(), history: Mapping[str, Iterable[float]] | None = None) -> None:
         self._budget = Budget(limits, history, time.monotonic())
-        self._lock = threading.Lock()
+        self._answered = threading.Condition()
 
     def acquire(self, bucket: str) -> None:
         while True:
-            with self._lock:
-                wait = self._budget.reserve(bucket, time.monotonic())
+            with self._answered:
+                # A release wakes us; the window bounds the wait in case the unanswered request never is.
+                while (wait := self._budget.reserve(bucket, time.monotonic())) is None:
+                    self._answered.wait(self._budget.window)
             time.sleep(wait)
-            with self._lock:
+            with self._answered:
                 if self._budget.clear(bucket, time.monotonic()):
                     return
+                self._budget.cancel(bucket)
+
+    def release(self, bucket: str) -> None:
+        with self._answered:
+            self._budget.release(bucket, time.monotonic())
+            self._answered.notify_all()
 
     def pause(self, bucket: str, seconds: float) -> None:
-        with self._lock:
+        with self._answered:
             self._budget.pause(bucket, time.monotonic() + seconds)
 
     def history(self) -> dict[str, list[float]]:
         """What this budget granted lately, relative to now (see :meth:`Budget.history`)."""
-        with self._lock:
+        with self._answered:
             return self._budget.history(time.monotonic())
 
 
@@ -225,7 +273,10 @@ class _GovernedSession(requests.Session):
         replays = 0
         while True:
             self.governor.acquire(bucket)
-            response = super().send(request, **kwargs)
+            try:
+                response = super().send(request, **kwargs)
+            finally:
+                self.governor.release(bucket)
             if response.status_code != 429:
                 return response
             wait = retry_after(response.headers)
