@@ -53,8 +53,8 @@ def zoo_results(zoo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 
     One job per CPU at one thread each, as a farm node runs them, each worker a fresh process (spawned: the suite's
     process has torch's and ONNX Runtime's thread pools running, which a fork would copy mid-flight). One after
-    another, the zoo left one of CI's two CPUs idle for most of its minutes: 375 s of the suite's time, ~190 s now
-    (2-core AMD EPYC).
+    another, the zoo left one of CI's two CPUs idle for most of its minutes (2-core AMD EPYC: the fixture 375 s of the
+    suite; two at once, 199 s alone with the zoo's build; the whole suite in CI 2003 -> 1890 s).
     """
     settings = Settings(out_dir=str(tmp_path_factory.mktemp("zoo-onnx")), benchmark=False, targets=())
     rows = pq.read_table(zoo_dir / "manifest.parquet").to_pylist()

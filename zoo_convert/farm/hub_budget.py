@@ -198,7 +198,7 @@ class LocalGovernor:
             self._budget.pause(bucket, time.monotonic() + seconds)
 
     def history(self) -> dict[str, list[float]]:
-        """What this budget granted lately, relative to now (see :meth:`Budget.history`)."""
+        """When this budget's requests of the last window were answered, relative to now (:meth:`Budget.history`)."""
         with self._answered:
             return self._budget.history(time.monotonic())
 
