@@ -121,8 +121,8 @@ def test_resolution_that_fails_for_now_is_retried_within_the_run(local_ray: None
 
 
 @pytest.mark.timeout(300)
-def test_300_models_two_workers_one_budget(local_ray: None, tmp_path: Path) -> None:
-    owners, per_owner = 30, 10
+def test_150_models_two_workers_one_budget(local_ray: None, tmp_path: Path) -> None:
+    owners, per_owner = 15, 10  # four windows of downloads: a sliding log that holds past its first
     ids = [f"org{o}/m{i}" for o in range(owners) for i in range(per_owner)]
     # Downloads are the bottleneck by design: 150 per 10 s is well below what two workers manage unpaced.
     limits = {"api": (60, 10.0), "resolvers": (150, 10.0)}
@@ -138,11 +138,13 @@ def test_300_models_two_workers_one_budget(local_ray: None, tmp_path: Path) -> N
         seconds = time.monotonic() - t0
         refused = server.counts(status=429, since=t0)
 
-    assert report.by_status == {"passed": 300}
+    assert report.by_status == {"passed": len(ids)}
     assert requests["list_models"] == owners and requests["model_info"] == 0
     downloads = requests["resolve_head"] + requests["resolve"] - refused["resolve_head"] - refused["resolve"]
-    assert downloads == 300 * 2 * 2  # two files per model, HEAD + GET, each once
+    assert downloads == len(ids) * 2 * 2  # two files per model, HEAD + GET, each once
     assert sum(refused.values()) <= 3, refused
-    # 150 downloads at once, then 150 more per 10 s window: the least time the budget allows.
+    # 150 downloads at once, then 150 more per 10 s window: the least time the budget allows (30 s), to which the
+    # run adds what two workers take to make the last window's downloads unpaced and to start (~10 s here, 40 s in all).
+    # The slack is two windows, as 1.3x gave 300 ids: a budget that lost a window per window would take 60 s or more.
     fastest = (math.ceil(downloads / 150) - 1) * 10.0
-    assert seconds <= 1.3 * fastest, (seconds, fastest)
+    assert seconds <= fastest + 2 * 10.0, (seconds, fastest)
