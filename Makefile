@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a machine with nothing installed:
 #   make demo   builds the bundled tiny zoo and runs the farm on it
-#   make test   type-checks the package (mypy, strict) and runs the whole test suite
+#   make test   type-checks the package (mypy, strict) and runs the whole test suite, on every CPU
 #   make test-fast   the inner loop: the tests not marked slow, no type check
 PYTHON ?= python3
 VENV := .venv
@@ -43,9 +43,16 @@ $(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json
 	cd $(JS) && npm ci --ignore-scripts --prefer-offline --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Two passes, both run whatever the first gives: the tests marked `alone` (a time bound, pacing against a clock,
+# pinned CPUs) one at a time after the rest; the rest on every CPU (at most 4 workers), each test file, or folder of
+# shared fixtures, on one worker (tests/conftest.py). One test at a time kept one of CI's two CPUs idle half the run.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 test: venv chromium node-deps
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	@status=0; \
+	  $(BIN)/python -m pytest -m "not alone" -n $(TEST_WORKERS) --dist loadgroup || status=1; \
+	  $(BIN)/python -m pytest -m alone || status=1; \
+	  exit $$status
 
 # Well under a minute: no full-zoo run, no Ray cluster, no node or Chromium, no real-size model.
 test-fast: venv

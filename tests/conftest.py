@@ -78,23 +78,32 @@ def poison() -> Callable[[Path, str], Path]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that drives headless Chromium (the ``browser`` fixture) is slow: left out of ``make test-fast``."""
+    """A test that drives headless Chromium (the ``browser`` fixture) is slow: left out of ``make test-fast``.
+
+    Under ``pytest -n N --dist loadgroup`` (``make test``) each test file at the top is one group and each folder of
+    tests (tests/stages, tests/targets, tests/dashboard, tests/store) is one, so a module's or a folder's shared
+    fixtures (a zoo's exports or conversions, a results DB, a browser) are made by one worker only.
+    """
+    here = Path(__file__).resolve().parent
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        where = item.path.relative_to(here)
+        item.add_marker(pytest.mark.xdist_group(where.parts[0] if len(where.parts) > 1 else where.stem))
 
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     """A real local Ray of two CPUs for one test module; its workers can import the tests' modules (to unpickle
-    the job functions they define). ray is imported here, not at the top: most tests never start it."""
+    the job functions they define). ray is imported here, not at the top: most tests never start it. Its own
+    instance (``address="local"``): never a cluster another test left registered on this machine."""
     import os
 
     import ray
 
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent), old) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
     if old is None:

@@ -110,6 +110,7 @@ def test_hub_cache_serves_a_timm_folder_to_timms_hub_loader_offline(tmp_path: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # a process tree sampled every 0.1 s while its children live 2 s
 def test_measure_sums_a_process_tree_and_counts_forked_pages_once(tmp_path: Path) -> None:
     # 300 MB in the parent, shared with a forked child that never writes it, and a
     # separate 200 MB child: the tree holds ~0.5 GB; summing RSS would say ~0.8.

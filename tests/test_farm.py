@@ -140,7 +140,7 @@ import sys, ray
 from zoo_convert.errors import UnsafeForkServerError
 from zoo_convert.farm.driver import run_farm
 from zoo_convert.records import Settings
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 try:
     run_farm(sys.argv[1], db_path=sys.argv[2], settings=Settings(out_dir=sys.argv[3]))
 except UnsafeForkServerError as exc:

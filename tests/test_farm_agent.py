@@ -21,7 +21,7 @@ import pytest
 from zoo_convert.errors import FailureKind
 from zoo_convert.manifest import write_manifest
 
-pytestmark = pytest.mark.slow  # two real runs on Ray
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # two real runs on Ray; the run must stop within 60 s
 
 BIN = Path(sys.executable).parent
 MODELS = ("bert", "albert", "electra")

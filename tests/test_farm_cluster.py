@@ -21,7 +21,7 @@ from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 from zoo_convert.stages.forked import alone_on_node
 
-pytestmark = pytest.mark.slow  # a Ray cluster of several nodes
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # a Ray cluster of several nodes, registered as the machine's
 
 TESTS = Path(__file__).resolve().parent
 

@@ -16,7 +16,7 @@ from zoo_convert.farm.driver import FarmOptions, run_farm
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
-pytestmark = pytest.mark.slow  # starts Ray and converts six models
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # starts Ray and converts six models; pins and times them
 
 NAMES = ("bert", "vit", "resnet", "roberta", "gpt2", "t5")
 

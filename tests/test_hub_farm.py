@@ -27,7 +27,7 @@ from zoo_convert.farm.isolation import run_isolated
 from zoo_convert.manifest import write_manifest
 from zoo_convert.records import ManifestEntry, Settings
 
-pytestmark = pytest.mark.slow  # every test here starts Ray
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # every test here starts Ray; the budget is paced against a clock
 
 TESTS = Path(__file__).resolve().parent
 
@@ -49,7 +49,7 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old["PYTHONPATH"]) if p)
     os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf_home"))  # no stored token
     os.environ.pop("HF_TOKEN", None)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
     for k, v in old.items():

@@ -18,7 +18,8 @@ from zoo_convert.farm.isolation import ForkServer, fork_server, run_isolated
 from zoo_convert.pipeline import StageCallback
 from zoo_convert.records import PASSED, ConversionResult, ManifestEntry, Settings
 
-pytestmark = pytest.mark.slow  # the fork server these tests start warms by importing torch and the exporters
+# the fork server these tests start warms by importing torch and the exporters; timeouts of seconds, CPU use measured
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 TESTS = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ from zoo_convert.farm.isolation import run_isolated
 from zoo_convert.pipeline import StageCallback, convert_one
 from zoo_convert.records import ConversionResult, ManifestEntry, Settings
 
-pytestmark = pytest.mark.slow  # a warm fork server and real exports of a tiny bert
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # a warm fork server and real exports of a tiny bert; a 20 s timeout
 
 
 def _after_export(on_stage: StageCallback | None, then: str) -> StageCallback:

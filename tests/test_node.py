@@ -14,6 +14,8 @@ import pytest
 from zoo_convert import node
 from zoo_convert.node import NodeCpus, parse_cpu_list, read_cpus
 
+pytestmark = pytest.mark.alone  # pins processes to CPUs and reads what runs on them
+
 
 def test_a_kernel_cpu_list_reads_as_its_cpus() -> None:
     assert parse_cpu_list("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)

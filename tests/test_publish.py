@@ -243,6 +243,7 @@ def _twelve_models(world: World, tmp_path: Path) -> ResultStore:
     return store
 
 
+@pytest.mark.alone  # five commits must fit in the 3 s window
 def test_publishing_stops_at_the_commit_budget_and_the_next_publish_takes_the_deferred_first(
     world: World, tmp_path: Path
 ) -> None:

@@ -110,6 +110,7 @@ def test_a_rate_limited_hub_is_waited_for_and_said_so(
     assert "check the token: rate limited (HTTP 429); retrying" in caplog.text
 
 
+@pytest.mark.alone  # one model published within --max-time 1 s, the next deferred
 def test_the_time_budget_defers_what_is_left_instead_of_waiting(converted: ConversionResult, tmp_path: Path) -> None:
     db = _db(converted, tmp_path, MODELS[2:])
     with HubServer(token=TOKEN) as hub:
