@@ -50,7 +50,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 test: venv chromium node-deps
 	$(BIN)/mypy
 	@status=0; \
-	  $(BIN)/python -m pytest -m "not alone" -n $(TEST_WORKERS) --dist loadgroup || status=1; \
+	  $(BIN)/python -m pytest -m "not alone" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || status=1; \
 	  $(BIN)/python -m pytest -m alone || status=1; \
 	  exit $$status
 

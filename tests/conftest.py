@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
+from typing import Any
 from importlib import resources
 from pathlib import Path
 
@@ -77,19 +78,35 @@ def poison() -> Callable[[Path, str], Path]:
     return _poison
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that drives headless Chromium (the ``browser`` fixture) is slow: left out of ``make test-fast``.
+# The longest test file: the whole zoo converted (6 minutes of a worker in CI). It starts first so that
+# `make test`'s other workers fill in beside it instead of waiting for it at the end.
+FIRST = ("tests/test_pipeline.py",)
 
-    Under ``pytest -n N --dist loadgroup`` (``make test``) each test file at the top is one group and each folder of
-    tests (tests/stages, tests/targets, tests/dashboard, tests/store) is one, so a module's or a folder's shared
-    fixtures (a zoo's exports or conversions, a results DB, a browser) are made by one worker only.
-    """
-    here = Path(__file__).resolve().parent
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that drives headless Chromium (the ``browser`` fixture) is slow: left out of ``make test-fast``."""
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-        where = item.path.relative_to(here)
-        item.add_marker(pytest.mark.xdist_group(where.parts[0] if len(where.parts) > 1 else where.stem))
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST)  # stable: each file's tests stay together
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (``make test``), with each folder of tests (tests/stages, tests/targets, tests/dashboard,
+    tests/store) one unit like a file: the fixtures a folder's conftest shares (a zoo's exports or conversions, a
+    results DB, a browser) are made by one worker only. (xdist's own ``loadgroup`` groups nothing under pytest 9.)
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndFolders(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            parts = path.split("/")
+            return "/".join(parts[:2]) if len(parts) > 2 else path
+
+    return FilesAndFolders(config, log)
 
 
 @pytest.fixture(scope="module")
