@@ -91,6 +91,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST)  # stable: each file's tests stay together
 
 
+# optionalhook: a plain `pytest` without xdist (`-p no:xdist`, or no dev extra) must not fail on an unknown hook.
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` (``make test``), with each folder of tests (tests/stages, tests/targets, tests/dashboard,
     tests/store) one unit like a file: the fixtures a folder's conftest shares (a zoo's exports or conversions, a
