@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
-from typing import Any
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 

@@ -1,8 +1,7 @@
 """Dynamic 8-bit quantization of an ONNX graph, streamed: one weight in memory at a time.
 
 It writes the operators ``onnxruntime.quantization.quantize_dynamic`` writes
-(IntegerOps mode, ``MatMulConstBOnly``), with the same weight values (an int8 weight's zero
-point is one scalar 0 where it writes a vector of them: :meth:`_Rewriter.quantized_weight`):
+(IntegerOps mode, ``MatMulConstBOnly``), with the same weight values:
 
     MatMul(a, W)        DynamicQuantizeLinear(a) -> MatMulInteger(a_q, W_q, a_zp, W_zp)
                         -> Cast -> Mul(., a_scale * W_scale)
@@ -699,11 +698,6 @@ class _Rewriter:
         if key in self.weights:
             return self.weights[key]
         values, scale, zero = _quantize_matrix(self.source.matrix(tensor), axis, qtype, qtype == TensorProto.INT8)
-        if qtype == TensorProto.INT8 and not zero.any():
-            # Symmetric: every column's zero point is 0. Given them as a vector (as quantize_dynamic writes
-            # them), ONNX Runtime's integer MatMuls correct each output by a per-column zero point; a scalar 0
-            # skips that pass and the sums are the same (gpt2 int8 p50 -1.2 %, bert-base -0.8 %: docs/benchmarks.md).
-            zero = np.zeros((), np.int8)
         values = values.T if transpose else values.reshape(tuple(tensor.dims))
         stem = tensor.name + ("_Transposed" if transpose else "")
         made = _QWeight(self.fresh(stem + "_quantized"), self.fresh(stem + "_scale"), self.fresh(stem + "_zero_point"))
