@@ -41,18 +41,20 @@ GB = 1e9
 CHOSEN = "chosen"
 
 # name -> quantize() settings; ``exclude`` names the node groups kept float (see ``exclusions``).
-# chosen: what default_exclude gives (every MatMul int8, embedding lookups float); all: ORT's
-# defaults (embeddings uint8 too: a smaller file); gelu-float: the farm's recipe before (FFN
-# down-projections float); attention: chosen plus the attention MatMuls of two activations
-# (as optimum's avx512_vnni, which quantizes them too); per-tensor-attention: both per tensor, optimum's recipe but
-# for the embedding tables (docs/benchmarks.md: what each costs in cosine and p50).
+# chosen: the farm's int8 (every MatMul with a weight and attention's Q.K^T int8, embedding lookups float);
+# weights-only: chosen without Q.K^T (the farm's recipe before, quantize_dynamic's MatMulConstBOnly); all: ORT's
+# defaults (embeddings uint8 too: a smaller file); gelu-float: an older recipe (FFN down-projections float);
+# attention: chosen plus probabilities times V (every MatMul of two activations, as optimum's avx512_vnni);
+# per-tensor-attention: both per tensor, optimum's recipe but for the embedding tables (docs/benchmarks.md:
+# what each costs in cosine and p50).
 RECIPES: dict[str, dict[str, Any]] = {
-    CHOSEN: {"weight_type": "int8", "per_channel": True, "exclude": ["default"]},
+    CHOSEN: {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": "scores"},
+    "weights-only": {"weight_type": "int8", "per_channel": True, "exclude": ["default"]},
     "all": {"weight_type": "int8", "per_channel": True, "exclude": []},
     "gelu-float": {"weight_type": "int8", "per_channel": True, "exclude": ["gelu"]},
-    "attention": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": True},
+    "attention": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": "all"},
     "per-tensor": {"weight_type": "int8", "per_channel": False, "exclude": ["embeddings"]},
-    "per-tensor-attention": {"weight_type": "int8", "per_channel": False, "exclude": ["embeddings"], "activations": True},
+    "per-tensor-attention": {"weight_type": "int8", "per_channel": False, "exclude": ["embeddings"], "activations": "all"},
     "uint8": {"weight_type": "uint8", "per_channel": True, "exclude": ["embeddings"]},
 }
 
@@ -74,19 +76,25 @@ def child(argv: list[str]) -> int:
     """``quantize HOW SRC DST RECIPE``: one quantization, run alone so its process's memory is its own."""
     how, src, dst, recipe = argv[0], Path(argv[1]), Path(argv[2]), RECIPES[argv[3]]
     exclude = exclusions(src, recipe["exclude"])
+    activations = recipe.get("activations", "none")
     external = True  # as the farm writes bert-size graphs: ORT reads the weights from a data file either way
     if how == "ours":
         from zoo_convert.variants.quantize import quantize
 
         quantize(src, dst, weight_type=recipe["weight_type"], per_channel=recipe["per_channel"],
-                 exclude=frozenset(exclude), external=external, activations=recipe.get("activations", False))  # fmt: skip
+                 exclude=frozenset(exclude), external=external, activations=activations)  # fmt: skip
     else:
         from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        from zoo_convert.variants.quantize import load_lazily, probability_matmuls
+
+        if activations == "scores":  # ORT's nearest: every MatMul of two activations but those reading a Softmax
+            exclude += probability_matmuls(load_lazily(src))
 
         quantize_dynamic(src, dst, per_channel=recipe["per_channel"], nodes_to_exclude=exclude,
                          weight_type={"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[recipe["weight_type"]],
                          use_external_data_format=external,
-                         extra_options={"MatMulConstBOnly": not recipe.get("activations", False)})  # fmt: skip
+                         extra_options={"MatMulConstBOnly": activations == "none"})  # fmt: skip
     return 0
 
 

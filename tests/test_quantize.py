@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from zoo_convert.variants.quantize import (
     default_exclude,
     embedding_gathers,
     post_gelu_matmuls,
+    probability_matmuls,
     quantize,
     unsigned_twin,
 )
@@ -159,14 +161,14 @@ def test_uint8_twin_computes_the_int8_graphs_exact_sums(tmp_path: Path, external
 def test_activation_matmuls_as_quantize_dynamic_without_const_b_only(
     exported: dict[str, tuple[list[Path], dict[str, object]]], name: str, tmp_path: Path
 ) -> None:
-    """``activations``: attention's MatMuls of two activations quantized too, as ORT does with MatMulConstBOnly off."""
+    """``activations="all"``: attention's MatMuls of two activations quantized too, as ORT does with MatMulConstBOnly off."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     graphs, config = exported[name]
     for src in graphs:
         ours, theirs = tmp_path / f"ours_{src.name}", tmp_path / f"ort_{src.name}"
         plain = quantize(src, tmp_path / f"plain_{src.name}")
-        done = quantize(src, ours, activations=True)
+        done = quantize(src, ours, activations="all")
         quantize_dynamic(src, theirs, per_channel=True, weight_type=QuantType.QInt8,
                          extra_options={"EnableSubgraph": True, "MatMulConstBOnly": False})  # fmt: skip
         census = onnx_graph.op_census(onnx.load(str(ours)).graph)
@@ -175,6 +177,84 @@ def test_activation_matmuls_as_quantize_dynamic_without_const_b_only(
         feeds = graph_feeds(src, config)
         for a, b in zip(_run(ours, feeds), _run(theirs, feeds), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bert", "t5"])
+def test_scores_quantizes_q_times_k_and_keeps_the_probabilities_float(
+    exported: dict[str, tuple[list[Path], dict[str, object]]], name: str, tmp_path: Path
+) -> None:
+    """``activations="scores"``: of the MatMuls of two activations, those reading a Softmax stay float, in every branch."""
+    graphs, config = exported[name]
+    for src in graphs:
+        source = onnx.load(str(src), load_external_data=False)
+        subs = list(onnx_graph.graphs(source.graph))
+        softmaxes = sum(n.op_type == "Softmax" for g in subs for n in g.node)
+        kept = Counter(probability_matmuls(source))  # a merged decoder's branches share names
+        plain, all_ = quantize(src, tmp_path / f"none_{src.name}"), quantize(src, tmp_path / f"all_{src.name}", activations="all")
+        done = quantize(src, tmp_path / f"scores_{src.name}", activations="scores")
+        out = onnx.load(str(tmp_path / f"scores_{src.name}"))
+        left = Counter(n.name for g in onnx_graph.graphs(out.graph) for n in g.node if n.op_type == "MatMul")
+        assert softmaxes > 0 and left == kept and kept.total() == softmaxes, (src.name, left, kept)
+        assert done.float_matmuls == softmaxes
+        # as many products of two activations quantized as kept float: one Q.K^T per softmax
+        assert done.ops["MatMulInteger"] - plain.ops["MatMulInteger"] == softmaxes
+        assert all_.ops["MatMulInteger"] - plain.ops["MatMulInteger"] == 2 * softmaxes
+        feeds = graph_feeds(src, config)
+        for got, want in zip(_run(tmp_path / f"scores_{src.name}", feeds), _run(src, feeds), strict=True):
+            if got.dtype == np.float32 and got.size > 1:
+                assert _cosine(got, want) > 0.99, src.name
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def _attention(path: Path, length: int, heads: int = 4, dim: int = 32) -> Path:
+    """softmax(Q.K^T / sqrt(d)) . V over ``length`` positions, as an export writes it: the inputs are Q, K^T, V."""
+    nodes = [
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], "qk"),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"], "scale"),
+        helper.make_node("Softmax", ["scaled"], ["probs"], "softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["context"], "pv"),
+    ]
+    shape = ["b", heads]
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info("q", TensorProto.FLOAT, [*shape, length, dim]),
+         helper.make_tensor_value_info("kt", TensorProto.FLOAT, [*shape, dim, length]),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [*shape, length, dim])],
+        [helper.make_tensor_value_info("context", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(dim**-0.5, np.float32), "scale")],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_quantized_probabilities_lose_what_quantized_scores_do_not(tmp_path: Path) -> None:
+    """Why ``scores`` keeps probabilities . V float: one uint8 scale over a long row's probabilities rounds most to 0.
+
+    Peaked heads (a few positions take most of the weight) beside diffuse ones, as real attention
+    is: the probabilities' range is set by the peaks, the diffuse rows' ~1/512 fall below one step.
+    """
+    rng = np.random.default_rng(0)
+    length, heads, dim = 512, 4, 32
+    src = _attention(tmp_path / "attention.onnx", length, heads, dim)
+    q = rng.normal(size=(1, heads, length, dim)).astype(np.float32)
+    q[:, 0] *= 6.0  # head 0 peaked, the others near uniform
+    kt = rng.normal(size=(1, heads, dim, length)).astype(np.float32)
+    v = rng.normal(size=(1, heads, length, dim)).astype(np.float32)
+    feeds = {"q": q, "kt": kt, "v": v}
+    (want,) = _run(src, feeds)
+    error = {}
+    for how in ("scores", "all"):
+        done = quantize(src, tmp_path / f"{how}.onnx", activations=how)
+        assert done.ops["MatMulInteger"] == (1 if how == "scores" else 2)
+        (got,) = _run(tmp_path / f"{how}.onnx", feeds)
+        diffuse = slice(1, heads)
+        error[how] = float(np.abs(got - want)[:, diffuse].max() / np.abs(want[:, diffuse]).max())
+    assert error["scores"] < 0.1 and error["all"] > 2 * error["scores"], error
 
 
 def test_merged_decoder_quantizes_inside_both_branches(
