@@ -41,15 +41,15 @@ GB = 1e9
 CHOSEN = "chosen"
 
 # name -> quantize() settings; ``exclude`` names the node groups kept float (see ``exclusions``).
-# chosen: the farm's int8 (every MatMul with a weight and attention's Q.K^T int8, embedding lookups float);
-# weights-only: chosen without Q.K^T (the farm's recipe before, quantize_dynamic's MatMulConstBOnly); all: ORT's
-# defaults (embeddings uint8 too: a smaller file); gelu-float: an older recipe (FFN down-projections float);
-# attention: chosen plus probabilities times V (every MatMul of two activations, as optimum's avx512_vnni);
+# chosen: the farm's int8 (every MatMul with a weight int8, embedding lookups float, quantize_dynamic's
+# MatMulConstBOnly); scores: chosen plus the MatMuls of two activations that read no Softmax (attention's Q.K^T);
+# all: ORT's defaults (embeddings uint8 too: a smaller file); gelu-float: an older recipe (FFN down-projections
+# float); attention: chosen plus every MatMul of two activations (probabilities times V too, as optimum's avx512_vnni);
 # per-tensor-attention: both per tensor, optimum's recipe but for the embedding tables (docs/benchmarks.md:
 # what each costs in cosine and p50).
 RECIPES: dict[str, dict[str, Any]] = {
-    CHOSEN: {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": "scores"},
-    "weights-only": {"weight_type": "int8", "per_channel": True, "exclude": ["default"]},
+    CHOSEN: {"weight_type": "int8", "per_channel": True, "exclude": ["default"]},
+    "scores": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": "scores"},
     "all": {"weight_type": "int8", "per_channel": True, "exclude": []},
     "gelu-float": {"weight_type": "int8", "per_channel": True, "exclude": ["gelu"]},
     "attention": {"weight_type": "int8", "per_channel": True, "exclude": ["default"], "activations": "all"},

@@ -71,12 +71,12 @@ REGISTRY: dict[str, VariantSpec] = {
         # onnxruntime-web <= 1.20, which had no ConvInteger for int8 weights. The onnxruntime-node and
         # -web that transformers.js 4 ships run it, so our int8 is both: written once as
         # ``*_quantized.onnx`` and hard-linked as ``*_int8.onnx``.
-        VariantSpec("int8", "8-bit dynamic quantization: int8 weights per channel, uint8 activations, attention scores 8-bit",
+        VariantSpec("int8", "8-bit dynamic quantization: int8 weights per channel, uint8 activations",
                     Tolerance(max_abs=INF, min_cosine=0.98), ("q8", "int8"), maker="int8",
                     options={"weight_type": "int8"}, quantization="dynamic QInt8 per-channel"),  # fmt: skip
         # Opt-in: one more quantization, verification and benchmark, for runtimes that ask for it by name, and for
         # x86 CPUs without VNNI or AMX, where ONNX Runtime saturates int8's products and not uint8's (node.int8_saturates).
-        VariantSpec("uint8", "8-bit dynamic quantization: uint8 weights per channel, uint8 activations, attention scores 8-bit",
+        VariantSpec("uint8", "8-bit dynamic quantization: uint8 weights per channel, uint8 activations",
                     Tolerance(max_abs=INF, min_cosine=0.98), ("uint8",), default=False, maker="int8",
                     options={"weight_type": "uint8"}, quantization="dynamic QUInt8 per-channel"),  # fmt: skip
         VariantSpec("q4", "4-bit weight-only quantization of the MatMuls (MatMulNBits, blocks of 32)",

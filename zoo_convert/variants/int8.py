@@ -13,12 +13,14 @@ def make(plain: Path, out: Path, external: bool, weight_type: str = "int8") -> t
     """Dynamic 8-bit quantization of the plain export, streamed one weight at a time (:mod:`zoo_convert.variants.quantize`).
 
     Every MatMul with a constant weight, per output channel (all-MiniLM-L6-v2 on real text:
-    cosine 0.990 vs optimum's ``--avx512_vnni`` per-tensor 0.921, at its latency), and
-    attention's scores (Q.K^T, both sides quantized at run time: 1-2 % of bert-base's and
-    gpt2's int8 latency on a Zen 4 EPYC, no cosine lost); its probabilities times V stay
-    float (quantized, MiniLM's cosine on 512-token passages falls from 0.987 to 0.948), and
-    so do the embedding lookups. int8 has signed weights, uint8 unsigned ones; activations
-    are uint8 in both (dynamic quantization has no other).
+    cosine 0.990 vs optimum's ``--avx512_vnni`` per-tensor 0.921, at its latency); the
+    embedding lookups stay float, and so do the MatMuls of two activations. Quantizing
+    attention's probabilities times V costs MiniLM's cosine on 512-token passages 0.987 ->
+    0.948; quantizing the rest of them (``activations="scores"``: Q.K^T, and products such
+    as SigLIP's image-by-text logits) gained 1-2 % of bert-base's and gpt2's int8 latency on
+    a Zen 4 EPYC but failed the zoo's SigLIP and took qwen3, olmo2 and gemma3's cosine from
+    0.9997 to 0.993 (docs/benchmarks.md). int8 has signed weights, uint8 unsigned ones;
+    activations are uint8 in both (dynamic quantization has no other).
     """
     done = quantize(
         plain,
@@ -27,7 +29,6 @@ def make(plain: Path, out: Path, external: bool, weight_type: str = "int8") -> t
         per_channel=True,
         exclude=default_exclude(load_lazily(plain)),
         external=external,
-        activations="scores",
     )
     quantized = {op: n for op, n in done.ops.items() if op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") and n}
     if not quantized:
@@ -37,7 +38,6 @@ def make(plain: Path, out: Path, external: bool, weight_type: str = "int8") -> t
         "per_channel": True,
         "weight_type": "QUInt8" if weight_type == "uint8" else "QInt8",
         "quantized_ops": quantized,
-        "activation_matmuls": "scores",  # Q.K^T quantized, probabilities times V float
         "float32_matmuls": done.float_matmuls,
     }
     return out, {**details, "float32_convs": done.float_convs} if done.float_convs else details

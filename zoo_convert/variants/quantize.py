@@ -27,9 +27,10 @@ weight zero point), embeddings always uint8.
 Constant float32 weights are quantized, and with ``activations`` MatMuls of two float32
 activations: ``"scores"`` those neither of whose inputs comes from a Softmax (attention's
 Q.K^T), ``"all"`` every one (attention's probabilities times V too). A weight computed in
-the graph (weight norm), a float16 weight or a node named in ``exclude`` stays float. Subgraphs (``If`` branches of merged decoders, ``Loop`` bodies)
-are rewritten too; a weight they read from an outer graph is quantized once, in the graph
-that holds it, whichever branches read it.
+the graph (weight norm), a float16 weight or a node named in ``exclude`` stays float.
+Subgraphs (``If`` branches of merged decoders, ``Loop`` bodies) are rewritten too; a weight
+they read from an outer graph is quantized once, in the graph that holds it, whichever
+branches read it.
 
 Memory: the graph is loaded without its weights (:func:`load_lazily`: external data stays
 in its file, large inline weights are located in the graph file and left there); each
@@ -107,8 +108,10 @@ def quantize(
     ``activations``: which MatMuls of two float activations are quantized too, both sides with
     ``DynamicQuantizeLinear``. ``"none"``: as ``quantize_dynamic`` by default (``MatMulConstBOnly``).
     ``"scores"``: those with no input read from a Softmax (within a few nodes, no product between):
-    attention's Q.K^T, not its probabilities times V. ``"all"``: every one, as ``quantize_dynamic``
-    with ``MatMulConstBOnly`` off (optimum's ``--avx512_vnni``).
+    attention's Q.K^T but not its probabilities times V, and any other product of two activations
+    (SigLIP's image-by-text logits). ``"all"``: every one, as ``quantize_dynamic`` with
+    ``MatMulConstBOnly`` off (optimum's ``--avx512_vnni``). The farm's int8 uses ``"none"``
+    (:mod:`.int8` says why).
     """
     src, dst = Path(src), Path(dst)
     if dst.resolve() == src.resolve():
