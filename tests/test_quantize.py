@@ -158,15 +158,16 @@ def test_uint8_twin_computes_the_int8_graphs_exact_sums(tmp_path: Path, external
 
 
 @pytest.mark.parametrize("name", ["bert", "t5"])
-def test_activation_matmuls_as_quantize_dynamic_without_const_b_only(
+def test_activation_matmuls_all_as_quantize_dynamic_and_scores_without_the_probabilities(
     exported: dict[str, tuple[list[Path], dict[str, object]]], name: str, tmp_path: Path
 ) -> None:
-    """``activations="all"``: attention's MatMuls of two activations quantized too, as ORT does with MatMulConstBOnly off."""
+    """``activations="all"``: every MatMul of two activations quantized, as ORT does with MatMulConstBOnly off;
+    ``"scores"``: those reading a Softmax (probabilities times V) stay float, in every branch of a merged decoder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     graphs, config = exported[name]
     for src in graphs:
-        ours, theirs = tmp_path / f"ours_{src.name}", tmp_path / f"ort_{src.name}"
+        ours, theirs, scores = (tmp_path / f"{how}_{src.name}" for how in ("ours", "ort", "scores"))
         plain = quantize(src, tmp_path / f"plain_{src.name}")
         done = quantize(src, ours, activations="all")
         quantize_dynamic(src, theirs, per_channel=True, weight_type=QuantType.QInt8,
@@ -178,29 +179,16 @@ def test_activation_matmuls_as_quantize_dynamic_without_const_b_only(
         for a, b in zip(_run(ours, feeds), _run(theirs, feeds), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
-
-@pytest.mark.parametrize("name", ["bert", "t5"])
-def test_scores_quantizes_q_times_k_and_keeps_the_probabilities_float(
-    exported: dict[str, tuple[list[Path], dict[str, object]]], name: str, tmp_path: Path
-) -> None:
-    """``activations="scores"``: of the MatMuls of two activations, those reading a Softmax stay float, in every branch."""
-    graphs, config = exported[name]
-    for src in graphs:
         source = onnx.load(str(src), load_external_data=False)
-        subs = list(onnx_graph.graphs(source.graph))
-        softmaxes = sum(n.op_type == "Softmax" for g in subs for n in g.node)
+        softmaxes = sum(n.op_type == "Softmax" for g in onnx_graph.graphs(source.graph) for n in g.node)
         kept = Counter(probability_matmuls(source))  # a merged decoder's branches share names
-        plain, all_ = quantize(src, tmp_path / f"none_{src.name}"), quantize(src, tmp_path / f"all_{src.name}", activations="all")
-        done = quantize(src, tmp_path / f"scores_{src.name}", activations="scores")
-        out = onnx.load(str(tmp_path / f"scores_{src.name}"))
-        left = Counter(n.name for g in onnx_graph.graphs(out.graph) for n in g.node if n.op_type == "MatMul")
-        assert softmaxes > 0 and left == kept and kept.total() == softmaxes, (src.name, left, kept)
-        assert done.float_matmuls == softmaxes
-        # as many products of two activations quantized as kept float: one Q.K^T per softmax
-        assert done.ops["MatMulInteger"] - plain.ops["MatMulInteger"] == softmaxes
-        assert all_.ops["MatMulInteger"] - plain.ops["MatMulInteger"] == 2 * softmaxes
-        feeds = graph_feeds(src, config)
-        for got, want in zip(_run(tmp_path / f"scores_{src.name}", feeds), _run(src, feeds), strict=True):
+        some = quantize(src, scores, activations="scores")
+        left = Counter(n.name for g in onnx_graph.graphs(onnx.load(str(scores)).graph) for n in g.node if n.op_type == "MatMul")
+        assert softmaxes > 0 and left == kept and kept.total() == softmaxes == some.float_matmuls, (src.name, left, kept)
+        # one Q.K^T quantized per softmax, where "all" quantized its probabilities times V too
+        assert some.ops["MatMulInteger"] - plain.ops["MatMulInteger"] == softmaxes
+        assert done.ops["MatMulInteger"] - plain.ops["MatMulInteger"] == 2 * softmaxes
+        for got, want in zip(_run(scores, feeds), _run(src, feeds), strict=True):
             if got.dtype == np.float32 and got.size > 1:
                 assert _cosine(got, want) > 0.99, src.name
 
