@@ -19,7 +19,7 @@ def make(plain: Path, out: Path, external: bool, weight_type: str = "int8") -> t
     0.948; quantizing the rest of them (``activations="scores"``: Q.K^T, and products such
     as SigLIP's image-by-text logits) gained 1-2 % of bert-base's and gpt2's int8 latency on
     a Zen 4 EPYC but failed the zoo's SigLIP and took qwen3, olmo2 and gemma3's cosine from
-    0.9997 to 0.993 (docs/benchmarks.md). int8 has signed weights, uint8 unsigned ones;
+    0.9996-0.9999 to 0.992-0.994 (docs/benchmarks.md). int8 has signed weights, uint8 unsigned ones;
     activations are uint8 in both (dynamic quantization has no other).
     """
     done = quantize(
