@@ -375,7 +375,9 @@ def zoo_build(out_dir: str, only: str | None) -> None:
         zoo-convert zoo build build/zoo --only bert,gpt2,vit
     """
     from . import zoo as zoo_lib
+    from .pipeline import quiet_libraries
 
+    quiet_libraries()  # building a model imports transformers' modules; their deprecation chatter is not the zoo's
     names = [n.strip() for n in only.split(",") if n.strip()] if only else None
     manifest = zoo_lib.build(out_dir, names)
     click.echo(f"built {len(zoo_lib.select(names))} models; manifest: {manifest}")

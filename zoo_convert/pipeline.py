@@ -633,7 +633,10 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*TracerWarning.*")
-    for name in ("transformers", "optimum", "onnxruntime", "root", "torch.onnx", "onnxscript"):
+    # torch.utils.flop_counter: a CUDA wheel without triton warns on import that it cannot count triton's flops (we
+    # count none).
+    loggers = ("transformers", "optimum", "onnxruntime", "root", "torch.onnx", "onnxscript", "torch.utils.flop_counter")
+    for name in loggers:
         logging.getLogger(name if name != "root" else None).setLevel(logging.ERROR)
     from huggingface_hub.utils import disable_progress_bars
 
