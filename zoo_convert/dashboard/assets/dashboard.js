@@ -67,6 +67,11 @@ function modelName(m) { return `<span class="clamp" title="${esc(m.source)}">${e
 // A latency measured under noise is no figure to read: marked, never shown as a number (as the speedup leaves it out).
 function p50(ms, noisy) { return noisy ? '<span class="noisy" title="measured under noise (spread or load): left out">noisy</span>' : num(ms); }
 
+// A narrow column breaks a snake_case name after its underscores (verify_ numerics), not inside a word.
+function breakable(name) {
+  return esc(name).replaceAll("_", "_<wbr>");
+}
+
 // What broke: every model not passed, worst first, each opening its drill-down; the first screen's answer.
 function renderBroke() {
   const broke = DATA.models.filter((m) => m.status !== "passed")
@@ -76,9 +81,9 @@ function renderBroke() {
     ? counts.map(([s, n]) => `${n} ${s === "failed" ? "not converted" : s}`).join(" · ") + " · click a row for details"
     : "latest result per model";
   $("#broke").innerHTML = broke.length ? `<div class="scroll short">${table(
-    [["model", (m) => modelName(m)], ["type", (m) => esc(m.model_type ?? "unknown")], ["status", (m) => badge(m.status)],
+    [["model", (m) => modelName(m)], ["type", (m) => breakable(m.model_type ?? "unknown")], ["status", (m) => badge(m.status)],
      ["failed", (m) => esc(VARIANTS.filter((v) => (m.failed_variants || []).includes(v)).join(" ") || (m.status === "failed" ? "all" : "–"))],
-     ["failure", (m) => esc(m.failure_kind)],
+     ["failure", (m) => breakable(m.failure_kind)],
      ["message", (m) => `<span class="msg clamp" title="${esc(m.message)}">${esc(m.message)}</span>`]],
     broke, "")}</div>` : '<p class="empty-note">nothing broke: every model of the latest results passed</p>';
   $("#broke").querySelectorAll("tbody tr").forEach((tr, i) => {
