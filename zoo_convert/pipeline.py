@@ -638,6 +638,11 @@ def quiet_libraries() -> None:
     loggers = ("transformers", "optimum", "onnxruntime", "root", "torch.onnx", "onnxscript", "torch.utils.flop_counter")
     for name in loggers:
         logging.getLogger(name if name != "root" else None).setLevel(logging.ERROR)
+    # transformers and optimum set their root logger's level when first imported, to this variable's level or
+    # WARNING, over the one set above (convert printed their "`torch_dtype` is deprecated" and "requires accelerate"
+    # notices). Not through their setters: importing optimum.utils here would decide that diffusers is installed
+    # before node.no_diffusers can say otherwise.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # a download's bars would land between our own lines
