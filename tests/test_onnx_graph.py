@@ -313,3 +313,45 @@ def test_a_graphs_structure_is_read_without_its_inline_weights(tmp_path: Path) -
     (tmp_path / "bad.onnx").write_bytes(b"\x0f" * 16)
     with pytest.raises(ValueError, match="not a protobuf"):
         onnx_graph.structure(tmp_path / "bad.onnx")
+
+
+def _tied(table: np.ndarray, copy: np.ndarray) -> onnx.ModelProto:
+    """An embedding ``Gather`` and an output projection ``MatMul`` by ``copy``, as torch.onnx writes a tied lm_head."""
+    nodes = [helper.make_node("Gather", ["wte", "ids"], ["h"]), helper.make_node("MatMul", ["h", "lm_head"], ["logits"])]
+    graph = helper.make_graph(
+        nodes, "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3, table.shape[0]])],
+        [numpy_helper.from_array(table, "wte"), numpy_helper.from_array(copy, "lm_head")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _logits(model: onnx.ModelProto | Path) -> np.ndarray:
+    import onnxruntime as ort
+
+    source = str(model) if isinstance(model, Path) else model.SerializeToString()
+    return ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, {"ids": np.array([[1, 5, 9]])})[0]
+
+
+def test_a_tied_embeddings_transposed_copy_is_kept_once(tmp_path: Path) -> None:
+    """The copy goes, its MatMul reads a Transpose of the table; a copy off by one bit (-0.0 for 0.0) stays."""
+    table = np.random.default_rng(0).standard_normal((5000, 16)).astype(np.float32)
+    table[7, 3] = 0.0
+    model = _tied(table, np.ascontiguousarray(table.T))
+    want = _logits(model)
+    assert onnx_graph.share_tied(model) == {"lm_head": "wte"}
+    onnx.checker.check_model(model)
+    assert [t.name for t in model.graph.initializer] == ["wte"] and model.graph.node[0].op_type == "Transpose"
+    assert np.array_equal(_logits(model), want)
+    off = np.ascontiguousarray(table.T)
+    off[3, 7] = -0.0  # equal as floats, another tensor as bits
+    assert onnx_graph.share_tied(_tied(table, off)) == {}
+
+    # A graph whose weights are in a data file (as a job keeps them): compared there, written back inline without it.
+    onnx.save_model(_tied(table, np.ascontiguousarray(table.T)), str(tmp_path / "m.onnx"), save_as_external_data=True,
+                    location="m.onnx_data")  # fmt: skip
+    structure = onnx_graph.load(tmp_path / "m.onnx")
+    assert onnx_graph.share_tied(structure, tmp_path) == {"lm_head": "wte"}
+    onnx_graph.save(structure, tmp_path / "out.onnx", external=False, weights=tmp_path)
+    assert (tmp_path / "out.onnx").stat().st_size < table.nbytes * 1.01
+    assert np.array_equal(_logits(tmp_path / "out.onnx"), want)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+import numpy as np
 import onnx
 
 T = TypeVar("T")
@@ -676,3 +677,98 @@ def _empty(name: str, value: onnx.TensorProto) -> list[onnx.NodeProto]:
         helper.make_node("Constant", [], [shape], name=shape, value=dims),
         helper.make_node("ConstantOfShape", [shape], [name], name=f"{name}/empty", value=zero),
     ]
+
+
+def share_tied(model: onnx.ModelProto, weights: Path | None = None) -> dict[str, str]:
+    """Keep one copy of a tied embedding: a top-level weight that is an embedding table transposed (read by a
+    ``Gather``, or ONNX Runtime's ``EmbedLayerNormalization``), bit for bit, is dropped and its readers take a
+    ``Transpose`` of the table. Returns ``{dropped: table}``.
+
+    A model whose output projection is its input embedding (gpt2's ``lm_head`` and ``wte``, BERT's MLM decoder and
+    word embeddings, most small LLMs) holds one tensor; torch.onnx writes it twice, the second transposed for the
+    ``MatMul``: gpt2's fp32 file 652 MB, 498 MB without it. optimum removes it the same way, only where accelerate is
+    installed. Every runtime folds a ``Transpose`` of a constant when it loads the graph (ONNX Runtime, OpenVINO),
+    so the session and its latency are as before. ``weights``: where the tensors' external data files are (read
+    only for the few of the right shapes, once each).
+    """
+    from onnx import helper
+
+    graph = model.graph
+    tables = {t.name: t for t in graph.initializer}
+    shared: dict[str, str] = {}
+    for copy, table in tie_candidates(graph):
+        if copy not in shared and _transposed(_matrix(tables[table], weights), _matrix(tables[copy], weights)):
+            shared[copy] = table
+    if not shared:
+        return shared
+    taken = {out for sub in graphs(graph) for n in sub.node for out in (*n.output, n.name)} | set(tables)
+    renamed: dict[str, str] = {}
+    for copy, table in shared.items():
+        out = f"{table}_transposed"
+        while out in taken:
+            out += "_"
+        taken.add(out)
+        renamed[copy] = out
+        graph.node.insert(0, helper.make_node("Transpose", [table], [out], name=out, perm=[1, 0]))
+    for sub in graphs(graph):
+        for node in sub.node:
+            for i, name in enumerate(node.input):
+                if name in renamed:
+                    node.input[i] = renamed[name]
+    kept = [t for t in graph.initializer if t.name not in shared]
+    graph.ClearField("initializer")
+    graph.initializer.extend(kept)
+    info = [v for v in graph.value_info if v.name not in shared]
+    graph.ClearField("value_info")
+    graph.value_info.extend(info)
+    return shared
+
+
+def tie_candidates(graph: onnx.GraphProto) -> list[tuple[str, str]]:
+    """``(copy, table)`` pairs :func:`share_tied` compares: a top-level weight of an embedding table's transposed
+    shape and type. Read from the graph alone (:func:`structure` will do)."""
+    tables = {t.name: t for t in graph.initializer}
+    gathered = {
+        n.input[_TABLES[n.op_type]] for sub in graphs(graph) for n in sub.node
+        if n.op_type in _TABLES and len(n.input) > _TABLES[n.op_type] and n.input[_TABLES[n.op_type]] in tables
+    }  # fmt: skip
+    fed = {i.name for i in graph.input}  # an initializer listed as an input may be fed another value: not a constant
+    return [
+        (copy.name, name)
+        for name in sorted(gathered - fed)
+        if len(tables[name].dims) == 2 and tables[name].data_type in _MATRIX_TYPES
+        for copy in graph.initializer
+        if copy.name not in gathered and copy.name not in fed and copy.data_type == tables[name].data_type
+        and list(copy.dims) == [tables[name].dims[1], tables[name].dims[0]]
+    ]
+
+
+# Where an embedding table is read: a Gather's data, ONNX Runtime's fused BERT embedding's word embedding.
+_TABLES = {"Gather": 0, "EmbedLayerNormalization": 2}
+_MATRIX_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.FLOAT16: "<f2"}
+
+
+def _matrix(tensor: onnx.TensorProto, weights: Path | None) -> np.ndarray:
+    """A 2-D weight's values, mapped from its data file or viewed in the graph's bytes: never a copy of it."""
+    dtype, shape = np.dtype(_MATRIX_TYPES[tensor.data_type]), tuple(tensor.dims)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        info = onnx.external_data_helper.ExternalDataInfo(tensor)
+        if weights is None or Path(info.location).is_absolute() or ".." in Path(info.location).parts:
+            raise ValueError(f"tensor {tensor.name!r}: its data file {info.location!r} is not in {weights}")
+        return np.memmap(weights / info.location, dtype=dtype, mode="r", offset=info.offset or 0, shape=shape)
+    if tensor.raw_data:
+        return np.frombuffer(tensor.raw_data, dtype=dtype).reshape(shape)
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(tensor)  # values in the typed fields: a small tensor
+
+
+def _transposed(table: np.ndarray, copy: np.ndarray, rows: int = 4096) -> bool:
+    """Whether ``copy`` is ``table`` transposed, bit for bit (-0.0 is not 0.0), compared a block of rows at a time."""
+    unsigned = np.dtype(f"<u{table.dtype.itemsize}")
+    if not np.array_equal(table[0, :8].view(unsigned), copy[:8, 0].view(unsigned)):
+        return False  # most pairs of the same shapes by chance differ here: read no further
+    return all(
+        np.array_equal(table[i : i + rows].view(unsigned), copy[:, i : i + rows].T.view(unsigned))
+        for i in range(0, table.shape[0], rows)
+    )

@@ -529,6 +529,36 @@ def test_merged_decoder_fp16_with_shadowed_branch_outputs(zoo_export, tmp_path: 
         assert _cosine(outs[0], want.run(None, feeds)[0]) > 0.999
 
 
+def test_a_tied_embedding_ships_once_and_int8_still_quantizes_its_copy(zoo_export, tmp_path: Path) -> None:
+    """gpt2's lm_head is its wte; torch.onnx writes the table twice, the second transposed for the lm_head's MatMul.
+    fp32, fp16 and their standard-ops graphs hold it once, read through a Transpose; int8 is made from the plain
+    export and quantizes the copy as before; every graph computes what the plain export does."""
+    src = zoo_export("gpt2")
+    plain = src.out_dir / "onnx" / "model.onnx"
+    wte = "transformer.wte.weight"
+    (copy, table), = onnx_graph.share_tied(onnx_graph.load(plain), plain.parent).items()
+    assert table == wte
+    exported = _zoo_copy(src, tmp_path, ("model",))
+    artifacts = optimize(exported, ("fp32", "fp16", "int8"), Settings(), standard=True)
+    assert all("error" not in a.details for a in artifacts.values())
+    feeds = _feeds(plain, exported.checkpoint.config)
+    want = _outputs(plain, feeds)
+    shipped = [artifacts["fp32"].files["model"], artifacts["fp32"].standard["model"], artifacts["fp16"].files["model"],
+               artifacts["fp16"].standard["model"]]  # fmt: skip
+    for path in shipped:
+        model = onnx.load(str(path))
+        names = {t.name for t in model.graph.initializer}
+        assert wte in names and copy not in names, path
+        assert any(n.op_type == "Transpose" and list(n.input) == [wte] for n in model.graph.node), path
+        assert onnx_graph.share_tied(model) == {}, path  # nothing left to share
+    # The standard fp32 graph is the plain export's, bit for bit in what it computes.
+    assert np.array_equal(_outputs(artifacts["fp32"].standard["model"], feeds), want)
+    assert np.abs(_outputs(artifacts["fp32"].files["model"], feeds) - want).max() <= 1e-4
+    assert _cosine(_outputs(artifacts["fp16"].files["model"], feeds), want) > 0.999
+    int8 = onnx.load(str(artifacts["int8"].files["model"]))
+    assert f"{copy}_quantized" in {t.name for t in int8.graph.initializer}
+
+
 def test_int8_keeps_convs_with_computed_weights_float(zoo_export, tmp_path: Path) -> None:
     """wav2vec2's weight-normed positional conv has no weight initializer for the quantizer."""
     exported = _zoo_copy(zoo_export("wav2vec2"), tmp_path, ("model",))

@@ -814,7 +814,9 @@ def _as_final(plain: Path, out: Path, external: bool) -> Path:
     if _ships_as_is(plain, external):
         return plain
     step("onnx", f"writing {out.name} with its weights inside")
-    onnx_graph.save(onnx_graph.load(plain), out, external=False, weights=plain.parent)  # copied file to file
+    model = onnx_graph.load(plain)
+    onnx_graph.share_tied(model, plain.parent)
+    onnx_graph.save(model, out, external=False, weights=plain.parent)  # copied file to file
     return out
 
 
@@ -876,6 +878,7 @@ def _fuse(
         finally:
             os.chdir(here)
         stats = {op: n for op, n in optimizer.get_fused_operator_statistics().items() if n}
+        onnx_graph.share_tied(optimizer.model, source.parent)
         graph = optimizer.model.graph
         census, contrib = onnx_graph.op_census(graph), _contrib_details_of(graph)
         step("onnx", f"writing {out.name}")
@@ -902,15 +905,26 @@ def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False)
         ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if basic else ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     )
     opts.optimized_model_filepath = str(out)
-    if external or onnx_graph.data_path(plain).exists():
+    # ORT writes a tied embedding's transposed copy as it read it: its weights then go to a data file first, where
+    # onnx_graph.share_tied compares them without parsing the graph whole, and come back inline without the copy.
+    tied = not external and bool(onnx_graph.tie_candidates(onnx_graph.structure(plain).graph))
+    if external or tied or onnx_graph.data_path(plain).exists():
         opts.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
         )
-        least = onnx_graph.EXTERNAL_MIN_BYTES if external else _NEVER_EXTERNAL
+        least = onnx_graph.EXTERNAL_MIN_BYTES if external or tied else _NEVER_EXTERNAL
         opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(least))
     onnx_graph.data_path(out).unlink(missing_ok=True)
     ort.InferenceSession(str(plain), opts, providers=["CPUExecutionProvider"])
     onnx_graph.read_back(out, "ONNX Runtime's optimizer")  # its C++ writer reports no failed write
+    if tied:
+        model = onnx_graph.load(out)
+        onnx_graph.share_tied(model, out.parent)
+        step("onnx", f"writing {out.name} with its weights inside")
+        inline = out.with_name(f"inline-{out.name}")
+        onnx_graph.save(model, inline, external=False, weights=out.parent)
+        onnx_graph.delete(out)
+        inline.rename(out)
     graph = onnx_graph.structure(out).graph
     return out, onnx_graph.op_census(graph), _contrib_details_of(graph)
 
@@ -980,6 +994,7 @@ def _save_fp16(source: Path, out: Path, external: bool) -> int:
     """Write the fp16 graph of ``source`` to ``out``; returns how many nodes stayed fp32."""
     step("the float16 converter", f"converting {source.name}")
     model, kept = _to_fp16(source)
+    onnx_graph.share_tied(model, source.parent)  # a plain export's copy; a shared fp32 source's stays shared
     step("onnx", f"writing {out.name}")
     onnx_graph.save(model, out, external=external)
     return kept
