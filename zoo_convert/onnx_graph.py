@@ -724,6 +724,15 @@ def share_tied(model: onnx.ModelProto, weights: Path | None = None) -> dict[str,
     return shared
 
 
+def has_tied(path: Path) -> bool:
+    """Whether :func:`share_tied` would drop a weight of the graph file ``path``: compared in its data file, or, for a
+    graph with its weights inside, parsed whole only where the shapes allow one (every decoder's: vocab x hidden)."""
+    inside = not data_path(path).exists()
+    model = structure(path) if inside else load(path)
+    if not tie_candidates(model.graph):
+        return False
+    return bool(share_tied(onnx.load(str(path)) if inside else model, path.parent))
+
 def tie_candidates(graph: onnx.GraphProto) -> list[tuple[str, str]]:
     """``(copy, table)`` pairs :func:`share_tied` compares: a top-level weight of an embedding table's transposed
     shape and type. Read from the graph alone (:func:`structure` will do)."""

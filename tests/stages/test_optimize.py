@@ -559,6 +559,21 @@ def test_a_tied_embedding_ships_once_and_int8_still_quantizes_its_copy(zoo_expor
     assert f"{copy}_quantized" in {t.name for t in int8.graph.initializer}
 
 
+def test_onnx_runtimes_offline_graph_ships_a_tied_embedding_once(zoo_export, tmp_path: Path) -> None:
+    """gemma (no fuser: ORT's offline optimization) ties its lm_head to its embedding; llama does not: its graph is
+    written as ORT writes it."""
+    for name, tied in (("gemma", True), ("llama", False)):
+        src = zoo_export(name)
+        plain = src.out_dir / "onnx" / "model.onnx"
+        assert onnx_graph.has_tied(plain) is tied and onnx_graph.tie_candidates(onnx_graph.load(plain).graph)
+        fp32 = optimize(_zoo_copy(src, tmp_path / name, ("model",)), ("fp32",), Settings())["fp32"]
+        assert fp32.details["methods"] == ["ort_offline"], fp32.details
+        model = onnx.load(str(fp32.files["model"]))
+        assert onnx_graph.share_tied(model) == {} and not onnx_graph.data_path(fp32.files["model"]).exists()
+        transposed = [n for n in model.graph.node if n.op_type == "Transpose" and n.input[0] == "model.embed_tokens.weight"]
+        assert len(transposed) == tied, name
+
+
 def test_int8_keeps_convs_with_computed_weights_float(zoo_export, tmp_path: Path) -> None:
     """wav2vec2's weight-normed positional conv has no weight initializer for the quantizer."""
     exported = _zoo_copy(zoo_export("wav2vec2"), tmp_path, ("model",))

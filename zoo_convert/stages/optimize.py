@@ -907,7 +907,7 @@ def _ort_offline(plain: Path, out: Path, external: bool, *, basic: bool = False)
     opts.optimized_model_filepath = str(out)
     # ORT writes a tied embedding's transposed copy as it read it: its weights then go to a data file first, where
     # onnx_graph.share_tied compares them without parsing the graph whole, and come back inline without the copy.
-    tied = not external and bool(onnx_graph.tie_candidates(onnx_graph.structure(plain).graph))
+    tied = not external and onnx_graph.has_tied(plain)
     if external or tied or onnx_graph.data_path(plain).exists():
         opts.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", onnx_graph.data_path(out).name
