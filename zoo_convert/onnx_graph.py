@@ -702,6 +702,7 @@ def share_tied(model: onnx.ModelProto, weights: Path | None = None) -> dict[str,
     if not shared:
         return shared
     taken = {out for sub in graphs(graph) for n in sub.node for out in (*n.output, n.name)} | set(tables)
+    taken |= {i.name for sub in graphs(graph) for i in sub.input}
     renamed: dict[str, str] = {}
     for copy, table in shared.items():
         out = f"{table}_transposed"
