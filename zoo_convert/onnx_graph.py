@@ -21,7 +21,7 @@ import mmap
 import os
 import shutil
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -716,13 +716,17 @@ def share_tied(model: onnx.ModelProto, weights: Path | None = None) -> dict[str,
             for i, name in enumerate(node.input):
                 if name in renamed:
                     node.input[i] = renamed[name]
-    kept = [t for t in graph.initializer if t.name not in shared]
-    graph.ClearField("initializer")
-    graph.initializer.extend(kept)
-    info = [v for v in graph.value_info if v.name not in shared]
-    graph.ClearField("value_info")
-    graph.value_info.extend(info)
+    drop_named(graph, "initializer", shared)
+    drop_named(graph, "value_info", shared)
     return shared
+
+
+def drop_named(graph: onnx.GraphProto, field: str, names: Collection[str]) -> None:
+    """Remove the entries of one of ``graph``'s repeated fields (``initializer``, ``input``, ``value_info``) named in
+    ``names``."""
+    kept = [entry for entry in getattr(graph, field) if entry.name not in names]
+    graph.ClearField(field)
+    getattr(graph, field).extend(kept)
 
 
 def has_tied(path: Path) -> bool:

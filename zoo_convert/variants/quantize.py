@@ -856,12 +856,8 @@ class _Rewriter:
             gone = {t.name for t in sub.initializer if t.name in self.replaced and t.name not in read}
             if not gone:
                 continue
-            kept = [t for t in sub.initializer if t.name not in gone]
-            sub.ClearField("initializer")
-            sub.initializer.extend(kept)
-            inputs = [i for i in sub.input if i.name not in gone]
-            sub.ClearField("input")
-            sub.input.extend(inputs)
+            onnx_graph.drop_named(sub, "initializer", gone)
+            onnx_graph.drop_named(sub, "input", gone)
 
 
 def _resolve(name: str, scopes: Scopes) -> TensorProto | None:
