@@ -687,8 +687,9 @@ def share_tied(model: onnx.ModelProto, weights: Path | None = None) -> dict[str,
     A model whose output projection is its input embedding (gpt2's ``lm_head`` and ``wte``, BERT's MLM decoder and
     word embeddings, most small LLMs) holds one tensor; torch.onnx writes it twice, the second transposed for the
     ``MatMul``: gpt2's fp32 file 652 MB, 498 MB without it. optimum removes it the same way, only where accelerate is
-    installed. Every runtime folds a ``Transpose`` of a constant when it loads the graph (ONNX Runtime, OpenVINO),
-    so the session and its latency are as before. ``weights``: where the tensors' external data files are (read
+    installed. ONNX Runtime folds the ``Transpose`` of a constant as it loads the graph (at every optimization level
+    but none), so its session and latency are as before (gpt2 and bert-base side by side: docs/benchmarks.md);
+    OpenVINO and transformers.js give the same verdicts on the demo's graphs. ``weights``: where the tensors' external data files are (read
     only for the few of the right shapes, once each).
     """
     from onnx import helper
@@ -737,6 +738,7 @@ def has_tied(path: Path) -> bool:
     if not tie_candidates(model.graph):
         return False
     return bool(share_tied(onnx.load(str(path)) if inside else model, path.parent))
+
 
 def tie_candidates(graph: onnx.GraphProto) -> list[tuple[str, str]]:
     """``(copy, table)`` pairs :func:`share_tied` compares: a top-level weight of an embedding table's transposed
